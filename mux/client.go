@@ -1,0 +1,105 @@
+package mux
+
+import (
+	"context"
+	"sync"
+
+	"github.com/muxd/muxd/router"
+)
+
+// transport is how a client session's bytes reach its peer.
+type transport interface {
+	// name is the transport label: "ws", "http" or "ipc".
+	name() string
+	// write sends the messages in order. It is called from one goroutine
+	// (the session's writer) at a time.
+	write(ctx context.Context, msgs [][]byte) error
+	// close ends the connection with a reason: a WebSocket close code and
+	// text where the transport has them. It may be called concurrently with
+	// write and more than once.
+	close(code int, reason string)
+}
+
+// Client is one client session. Its outbound messages go through a bounded
+// queue drained by a writer goroutine; any goroutine may send to it and
+// none ever blocks doing so.
+type Client struct {
+	id  router.ClientID
+	srv *Server
+	tr  transport
+	out *outbox
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+
+	// Guarded by srv.mu.
+	inflight int
+	subs     map[string]string // client subscription id -> subscription key
+}
+
+// ID names the session in logs.
+func (c *Client) ID() router.ClientID { return c.id }
+
+// send queues msg for the client. A client whose queue overflows is a slow
+// consumer: it is disconnected (close 1008) rather than allowed to make
+// anyone wait or to lose a message silently.
+func (c *Client) send(msg []byte) {
+	if c == nil || len(msg) == 0 {
+		return
+	}
+	if !c.out.push(msg) {
+		if c.ctx.Err() == nil {
+			c.srv.metrics.SlowConsumers.Inc()
+			c.srv.log.Warn("client too slow, disconnecting", "client", c.id, "transport", c.tr.name(), "queue_limit", c.out.limit)
+			c.shut(closePolicyViolation, "slow consumer")
+		}
+	}
+}
+
+// shut ends the session once: the transport is closed with the reason and
+// the context cancelled, which stops the reader and the writer.
+func (c *Client) shut(code int, reason string) {
+	c.once.Do(func() {
+		c.out.close()
+		c.cancel()
+		go c.tr.close(code, reason)
+	})
+}
+
+// writeLoop drains the queue until the session ends. Everything queued at
+// the moment it wakes is written in one call, so transports that can
+// coalesce do.
+func (c *Client) writeLoop() {
+	var batch [][]byte
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.out.wake:
+		}
+		batch = c.out.take(batch)
+		if len(batch) == 0 {
+			continue
+		}
+		n := 0
+		for _, m := range batch {
+			n += len(m)
+		}
+		if err := c.tr.write(c.ctx, batch); err != nil {
+			c.shut(closeGoingAway, "write failed")
+			return
+		}
+		c.out.done(n)
+		clear(batch)
+	}
+}
+
+// WebSocket close codes muxd uses.
+const (
+	closeNormal          = 1000
+	closeGoingAway       = 1001
+	closePolicyViolation = 1008
+	closeTooBig          = 1009
+	closeTryAgainLater   = 1013
+)

@@ -1,0 +1,121 @@
+package mux
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/muxd/muxd/reconnect"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultRequestTimeout     = 30 * time.Second
+	DefaultMaxBatch           = 1000
+	DefaultMaxInFlight        = 5000
+	DefaultMaxMessageBytes    = 16 << 20
+	DefaultOutboundQueueBytes = 32 << 20
+	DefaultMaxSubscriptions   = 1000
+	DefaultMaxWaiting         = 100000
+	DefaultMaxClients         = 10000
+)
+
+// DefaultRetryMethods are the read-only methods that are sent again on the
+// next connection when the upstream is lost with them in flight. Anything
+// else (eth_sendRawTransaction above all) may or may not have been executed,
+// so it fails at once.
+var DefaultRetryMethods = []string{
+	"eth_chainId", "eth_blockNumber", "eth_call", "eth_getBalance",
+	"eth_getBlockByNumber", "eth_getBlockByHash", "eth_getTransactionReceipt",
+	"eth_getTransactionByHash", "eth_getTransactionCount", "eth_getLogs",
+	"eth_getCode", "eth_getStorageAt", "eth_estimateGas", "eth_gasPrice",
+	"eth_feeHistory", "eth_maxPriorityFeePerGas", "eth_syncing",
+	"net_version", "net_listening", "web3_clientVersion",
+}
+
+// DefaultDenyMethods are refused with -32601 and never sent upstream.
+var DefaultDenyMethods = []string{"admin_*", "personal_*", "miner_*"}
+
+// Config configures a Server. The zero value of every field but Upstream (or
+// Dial) means its default.
+type Config struct {
+	// Upstream is the node's WebSocket URL (ws:// or wss://).
+	Upstream string
+	// UpstreamHeader is sent with the upstream handshake (Authorization…).
+	// It is never logged.
+	UpstreamHeader http.Header
+	// Dial replaces the dialer built from Upstream; tests inject one.
+	Dial reconnect.DialFunc
+	// UpstreamReadLimit is the largest message accepted from the node.
+	UpstreamReadLimit int64
+	// PingInterval and PingTimeout drive upstream keepalive.
+	PingInterval, PingTimeout time.Duration
+
+	// RequestTimeout bounds each request from arrival to answer.
+	RequestTimeout time.Duration
+	// RetryMethods are sent again after a reconnect; nil means
+	// DefaultRetryMethods, an empty non-nil slice means none.
+	RetryMethods []string
+	// DenyMethods are glob patterns (path.Match) of refused methods; nil
+	// means DefaultDenyMethods, an empty non-nil slice means none.
+	DenyMethods []string
+
+	// Per-client limits.
+	MaxBatch           int   // elements in one batch
+	MaxInFlight        int   // requests in flight
+	MaxMessageBytes    int64 // one client message
+	OutboundQueueBytes int   // bytes queued for a client before it is a slow consumer
+	MaxSubscriptions   int   // live subscriptions
+
+	// MaxClients bounds concurrent client sessions.
+	MaxClients int
+	// MaxWaiting bounds requests queued while no upstream is connected.
+	MaxWaiting int
+
+	// AllowedOrigins are host patterns a browser page may come from
+	// (WebSocket Origin check); empty allows only same-host pages and
+	// clients that send no Origin.
+	AllowedOrigins []string
+
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics are kept but not registered
+}
+
+func (c Config) withDefaults() Config {
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RetryMethods == nil {
+		c.RetryMethods = DefaultRetryMethods
+	}
+	if c.DenyMethods == nil {
+		c.DenyMethods = DefaultDenyMethods
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.OutboundQueueBytes <= 0 {
+		c.OutboundQueueBytes = DefaultOutboundQueueBytes
+	}
+	if c.MaxSubscriptions <= 0 {
+		c.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = DefaultMaxClients
+	}
+	if c.MaxWaiting <= 0 {
+		c.MaxWaiting = DefaultMaxWaiting
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}

@@ -1,0 +1,267 @@
+package mux
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// Well-known method names that muxd treats specially.
+const (
+	methodSubscribe    = "eth_subscribe"
+	methodUnsubscribe  = "eth_unsubscribe"
+	methodSubscription = "eth_subscription"
+)
+
+// answered says what a client frame produced, for transports (HTTP, IPC)
+// that need to know whether an answer will come.
+type answered uint8
+
+const (
+	answerNone    answered = iota // notifications only: nothing will be sent
+	answerPending                 // one message (object or array) will be sent
+	answerParse                   // malformed JSON was answered with -32700
+)
+
+// dispatch handles one frame from client c: it answers what muxd answers
+// itself, sends every well-formed request upstream under a fresh id (or
+// holds it until an upstream is up), and arranges for batch answers to be
+// re-assembled. It never blocks on the upstream or on another client.
+func (s *Server) dispatch(c *Client, frame []byte) answered {
+	f, err := router.ScanClient(frame, nil)
+	switch {
+	case errors.Is(err, router.ErrParse):
+		s.reply(c, nil, router.ErrorParse)
+		return answerParse
+	case errors.Is(err, router.ErrEmptyBatch):
+		s.reply(c, nil, router.ErrorEmptyBatch)
+		return answerPending
+	case err != nil:
+		s.reply(c, nil, router.ErrorInvalidRequest)
+		return answerPending
+	}
+	if f.Batch && len(f.Messages) > s.cfg.MaxBatch {
+		s.metrics.limit("batch_size")
+		s.reply(c, nil, router.ErrorLimit.Because("batch too large"))
+		return answerPending
+	}
+
+	now := time.Now()
+	var b *router.Batch
+	if f.Batch {
+		want := 0
+		for i := range f.Messages {
+			if m := &f.Messages[i]; m.HasID() || m.Invalid != nil {
+				want++
+			}
+		}
+		if want == 0 {
+			// Notifications only: forwarded, and nothing comes back.
+			s.forwardAll(c, frame, f.Messages, nil, now)
+			return answerNone
+		}
+		b = router.NewBatch(c.id, want)
+	}
+	if s.forwardAll(c, frame, f.Messages, b, now) {
+		return answerPending
+	}
+	return answerNone
+}
+
+// forwardAll handles the messages of one frame under one hold of s.mu and
+// then writes what must go upstream. It reports whether an answer will come.
+func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *router.Batch, now time.Time) bool {
+	var (
+		out       outgoing
+		immediate []byte // answer to a single message, known now
+		expect    bool
+		answers   [][]byte // muxd's own answers to batch elements
+	)
+	s.mu.Lock()
+	up := s.up
+	for i := range msgs {
+		m := &msgs[i]
+		resp := s.admitLocked(c, frame, m, b, now, up, &out)
+		if m.HasID() || m.Invalid != nil {
+			expect = true
+		}
+		if resp == nil {
+			continue
+		}
+		if b == nil {
+			immediate = resp
+		} else {
+			answers = append(answers, resp)
+		}
+	}
+	var complete []byte
+	for _, a := range answers {
+		if b.Add(a) {
+			complete = b.Encode()
+		}
+	}
+	s.mu.Unlock()
+
+	up.send(out.frames...)
+	for _, p := range out.local {
+		s.afterLocal(p)
+	}
+	if immediate != nil {
+		c.send(immediate)
+	}
+	if complete != nil {
+		c.send(complete)
+	}
+	return expect
+}
+
+// outgoing collects, while s.mu is held, what is to be done after it is
+// released.
+type outgoing struct {
+	frames [][]byte // to write upstream
+	local  []localAnswer
+}
+
+// localAnswer is an answer muxd gives itself that must be delivered through
+// the normal path (for instance a subscription attached to a live one).
+type localAnswer struct {
+	c    *Client
+	p    router.Pending
+	resp []byte
+}
+
+func (s *Server) afterLocal(l localAnswer) { s.deliver(l.c, l.p, l.resp, 0) }
+
+// admitLocked decides what happens to one message. It returns muxd's own
+// answer when there is one now, or nil when the message went (or will go)
+// upstream. Caller holds s.mu.
+func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *router.Batch, now time.Time, up *upstreamConn, out *outgoing) []byte {
+	var id []byte
+	if m.HasID() {
+		id = m.ID.In(frame)
+	}
+	if m.Invalid != nil {
+		e := router.ErrorInvalidRequest.Because(strings.TrimPrefix(m.Invalid.Error(), router.ErrInvalid.Error()+": "))
+		return s.errorBytes(id, e)
+	}
+	method := m.MethodName(frame)
+	if s.policy.denied(method) {
+		if !m.HasID() {
+			return nil
+		}
+		return s.errorBytes(id, router.ErrorMethodDenied)
+	}
+	elem, idSpan := router.Element(frame, m)
+	if !m.HasID() {
+		// A notification: fire and forget. No pending entry, no answer.
+		if up == nil {
+			s.metrics.drop(DropNoUpstream)
+			return nil
+		}
+		out.frames = append(out.frames, append([]byte(nil), elem...))
+		return nil
+	}
+	s.metrics.Requests.WithLabelValues(methodLabel(method)).Inc()
+	if c.inflight >= s.cfg.MaxInFlight {
+		s.metrics.limit("in_flight")
+		return s.errorBytes(id, router.ErrorLimit.Because("too many requests in flight"))
+	}
+	p := router.Pending{
+		Client:   c.id,
+		ID:       id,
+		Method:   method,
+		Sent:     now,
+		Deadline: now.Add(s.cfg.RequestTimeout),
+		Batch:    b,
+	}
+	switch method {
+	case methodSubscribe:
+		return s.subscribeLocked(c, frame, m, p, up, out)
+	case methodUnsubscribe:
+		return s.unsubscribeLocked(c, frame, m, p, up, out)
+	}
+	uid := s.reqs.Next()
+	var idBuf [20]byte
+	p.Frame = router.AppendSpliced(make([]byte, 0, len(elem)+20), elem, idSpan, router.AppendUpstreamID(idBuf[:0], uid))
+	if !s.enqueueLocked(c, uid, p, up, out) {
+		s.metrics.limit("waiting")
+		return s.errorBytes(id, router.ErrorUnavailable.Because("too many requests waiting for the upstream"))
+	}
+	return nil
+}
+
+// enqueueLocked records p as in flight on up, or holds it until an upstream
+// is connected. It reports false when the waiting queue is full. Caller holds
+// s.mu.
+func (s *Server) enqueueLocked(c *Client, uid uint64, p router.Pending, up *upstreamConn, out *outgoing) bool {
+	if up == nil {
+		if len(s.waiting) >= s.cfg.MaxWaiting {
+			return false
+		}
+		s.waiting = append(s.waiting, waitingRequest{uid, p})
+	} else {
+		s.reqs.Add(uid, p)
+		out.frames = append(out.frames, p.Frame)
+	}
+	if c != nil {
+		c.inflight++
+	}
+	s.metrics.InFlight.Inc()
+	return true
+}
+
+// errorBytes builds one of muxd's own error responses and counts it.
+func (s *Server) errorBytes(id []byte, e router.RPCError) []byte {
+	s.metrics.response(e.Code)
+	return router.ErrorResponse(id, e)
+}
+
+// reply sends muxd's own error for a whole frame.
+func (s *Server) reply(c *Client, id []byte, e router.RPCError) {
+	c.send(s.errorBytes(id, e))
+}
+
+// deliver hands the answer to a pending request to its client, through its
+// batch when it belongs to one. code is the JSON-RPC error code of the
+// answer, 0 for a result. Caller must not hold s.mu.
+func (s *Server) deliver(c *Client, p router.Pending, resp []byte, code int) {
+	s.mu.Lock()
+	s.deliverLocked(c, p, resp, code)
+	s.mu.Unlock()
+}
+
+// deliverLocked is deliver with s.mu held. Queueing for a client never
+// blocks, so holding the lock here costs only the copy into the batch.
+func (s *Server) deliverLocked(c *Client, p router.Pending, resp []byte, code int) {
+	s.metrics.response(code)
+	if !p.Sent.IsZero() {
+		s.metrics.Latency.Observe(time.Since(p.Sent).Seconds())
+	}
+	if p.Batch != nil {
+		if !p.Batch.Add(resp) {
+			return
+		}
+		for _, sub := range p.Batch.Subs {
+			s.subs.SetReady(sub)
+		}
+		resp = p.Batch.Encode()
+	}
+	c.send(resp)
+}
+
+// answerError answers p with one of muxd's own errors. Caller must not hold
+// s.mu.
+func (s *Server) answerError(p router.Pending, e router.RPCError) {
+	if p.Client == router.Internal {
+		return
+	}
+	s.mu.Lock()
+	c := s.clients[p.Client]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	s.deliver(c, p, router.ErrorResponse(p.ID, e), e.Code)
+}

@@ -1,0 +1,24 @@
+// Package mux is the muxd daemon: it shares one upstream WebSocket to an
+// Ethereum JSON-RPC node among many local clients.
+//
+// A request travels through the package in file order:
+//
+//   - ingress_ws.go accepts a client and runs its session (client.go): one
+//     reader goroutine that feeds every frame to the dispatcher, one writer
+//     goroutine that drains the client's bounded outbound queue (outbox.go).
+//   - dispatch.go validates the frame with package router, answers what
+//     muxd answers itself (parse errors, invalid requests, policy, limits),
+//     splits batches, rewrites each id to a fresh upstream id and records the
+//     request in the pending table.
+//   - upstream.go owns the shared connection: exactly one goroutine reads it
+//     and routes every message in arrival order, restoring the client's id;
+//     when the connection is lost its pending table is discarded whole.
+//   - timeouts.go answers requests whose deadline passed.
+//   - subscriptions.go is the second routing layer (eth_subscribe).
+//
+// Server.mu guards all routing state (the pending table, the subscription
+// table, the client set, the waiting queue). It is never held during I/O:
+// writes to the upstream and to clients happen after it is released, and a
+// client write is only ever a non-blocking push onto that client's queue, so
+// no client can stall the upstream reader or another client.
+package mux

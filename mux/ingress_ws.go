@@ -1,0 +1,84 @@
+package mux
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/coder/websocket"
+
+	"github.com/muxd/muxd/router"
+)
+
+// wsTransport carries a client session over a WebSocket.
+type wsTransport struct{ conn *websocket.Conn }
+
+func (t *wsTransport) name() string { return "ws" }
+
+func (t *wsTransport) write(ctx context.Context, msgs [][]byte) error {
+	for _, m := range msgs {
+		if err := t.conn.Write(ctx, websocket.MessageText, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *wsTransport) close(code int, reason string) {
+	t.conn.Close(websocket.StatusCode(code), reason)
+}
+
+// ServeWebSocket upgrades r to a WebSocket and runs a client session on it
+// until either side closes.
+func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		OriginPatterns:  s.cfg.AllowedOrigins,
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		s.log.Debug("websocket upgrade refused", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	// Messages past MaxMessageBytes are answered with -32005 and read to
+	// the end; the library's own limit, well above, only stops a peer that
+	// streams without end.
+	conn.SetReadLimit(4*s.cfg.MaxMessageBytes + 1024)
+	c, err := s.newClient(context.WithoutCancel(r.Context()), &wsTransport{conn})
+	if err != nil {
+		code := websocket.StatusTryAgainLater
+		if errors.Is(err, ErrClosed) {
+			code = websocket.StatusGoingAway
+		}
+		conn.Close(code, err.Error())
+		return
+	}
+	defer s.removeClient(c)
+	go c.writeLoop()
+	s.readWebSocket(c, conn)
+}
+
+// readWebSocket is the session's reader: one frame at a time, each handed to
+// the dispatcher.
+func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
+	limit := s.cfg.MaxMessageBytes
+	for {
+		_, r, err := conn.Reader(c.ctx)
+		if err != nil {
+			return
+		}
+		frame, err := io.ReadAll(io.LimitReader(r, limit+1))
+		if err != nil {
+			return
+		}
+		if int64(len(frame)) > limit {
+			s.metrics.limit("message_size")
+			s.reply(c, nil, router.ErrorLimit.Because("message too large"))
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			continue
+		}
+		s.dispatch(c, frame)
+	}
+}

@@ -1,0 +1,78 @@
+package mux
+
+import "sync"
+
+// outbox is a client's bounded outbound queue. Producers (the upstream
+// reader, the timeout sweeper, the client's own reader) push without ever
+// blocking; the client's writer goroutine takes everything queued at once, so
+// that a transport that can coalesce (IPC) writes it in one go.
+//
+// The bound is in bytes. The first message is always accepted whatever its
+// size, so a single large response (a block trace) cannot by itself make a
+// client a slow consumer; after that, a push that would take the queue past
+// the bound fails and the client is to be disconnected. Nothing is ever
+// dropped silently.
+type outbox struct {
+	mu     sync.Mutex
+	msgs   [][]byte
+	bytes  int
+	limit  int
+	closed bool
+	wake   chan struct{} // cap 1: something was pushed
+}
+
+func newOutbox(limit int) *outbox {
+	return &outbox{limit: limit, wake: make(chan struct{}, 1)}
+}
+
+// push queues msg. It reports false when the queue is closed or over its
+// bound; the queue is then closed.
+func (q *outbox) push(msg []byte) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	if q.bytes > 0 && q.bytes+len(msg) > q.limit {
+		q.closed = true
+		q.msgs = nil
+		q.bytes = 0
+		q.mu.Unlock()
+		return false
+	}
+	q.msgs = append(q.msgs, msg)
+	q.bytes += len(msg)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take moves everything queued into dst (reused) and returns it. The bytes
+// stay counted until done is called, so that a writer stuck on a client that
+// does not read still holds its share of the bound.
+func (q *outbox) take(dst [][]byte) [][]byte {
+	q.mu.Lock()
+	dst = append(dst[:0], q.msgs...)
+	clear(q.msgs)
+	q.msgs = q.msgs[:0]
+	q.mu.Unlock()
+	return dst
+}
+
+// done releases n bytes taken by the writer and written.
+func (q *outbox) done(n int) {
+	q.mu.Lock()
+	q.bytes -= n
+	q.mu.Unlock()
+}
+
+// close stops the queue; later pushes fail.
+func (q *outbox) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.msgs = nil
+	q.mu.Unlock()
+}

@@ -1,0 +1,37 @@
+package mux
+
+import (
+	"fmt"
+	"path"
+)
+
+// policy answers the per-method questions: may it be called, may it be
+// retried on a new connection.
+type policy struct {
+	deny  []string
+	retry map[string]bool
+}
+
+func newPolicy(deny, retry []string) (policy, error) {
+	for _, p := range deny {
+		if _, err := path.Match(p, ""); err != nil {
+			return policy{}, fmt.Errorf("deny pattern %q: %w", p, err)
+		}
+	}
+	p := policy{deny: deny, retry: make(map[string]bool, len(retry))}
+	for _, m := range retry {
+		p.retry[m] = true
+	}
+	return p, nil
+}
+
+func (p policy) denied(method string) bool {
+	for _, pat := range p.deny {
+		if ok, _ := path.Match(pat, method); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (p policy) retryable(method string) bool { return p.retry[method] }

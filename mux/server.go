@@ -1,0 +1,265 @@
+package mux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/muxd/muxd/reconnect"
+	"github.com/muxd/muxd/router"
+)
+
+// ErrTooManyClients is returned when MaxClients sessions are already open.
+var ErrTooManyClients = errors.New("too many clients")
+
+// ErrClosed is returned for sessions opened after Shutdown began.
+var ErrClosed = errors.New("server shutting down")
+
+// Server shares one upstream connection among many client sessions.
+// Create it with New, run the upstream with Run, and hand it client
+// connections through its ingress handlers (ServeHTTP for WebSocket).
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	policy  policy
+	metrics *Metrics
+	sup     *reconnect.Supervisor
+
+	mu         sync.Mutex
+	reqs       *router.Requests // pending table of the current connection
+	subs       *router.Subscriptions
+	waiting    []waitingRequest // requests held while no upstream is up
+	clients    map[router.ClientID]*Client
+	nextClient router.ClientID
+	up         *upstreamConn // nil while disconnected
+	gens       uint64        // connections made so far
+	closing    bool
+	idle       chan struct{} // closed when in-flight work reaches zero during shutdown
+
+	upChanged chan struct{} // closed and replaced whenever up changes (for waiters)
+	dropLog   dropLimiter
+}
+
+// waitingRequest is a request accepted while no upstream was connected, or
+// carried over from a lost connection for a retry. id is its upstream id,
+// kept so that a retry goes out under the id it had.
+type waitingRequest struct {
+	id uint64
+	p  router.Pending
+}
+
+// New checks cfg and returns a Server. Nothing runs until Run.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Dial == nil {
+		if cfg.Upstream == "" {
+			return nil, errors.New("mux: no upstream URL")
+		}
+		cfg.Dial = reconnect.WebSocketDialer(cfg.Upstream, cfg.UpstreamHeader, cfg.UpstreamReadLimit)
+	}
+	pol, err := newPolicy(cfg.DenyMethods, cfg.RetryMethods)
+	if err != nil {
+		return nil, fmt.Errorf("mux: %w", err)
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		policy:    pol,
+		metrics:   newMetrics(cfg.Registerer),
+		reqs:      router.NewRequests(),
+		subs:      router.NewSubscriptions(),
+		clients:   make(map[router.ClientID]*Client),
+		upChanged: make(chan struct{}),
+	}
+	s.sup = reconnect.New(reconnect.Config{
+		Dial:         cfg.Dial,
+		PingInterval: cfg.PingInterval,
+		PingTimeout:  cfg.PingTimeout,
+		Logger:       cfg.Logger,
+		OnDialError: func(err error, next time.Duration) {
+			s.metrics.UpstreamConnected.Set(0)
+		},
+	})
+	return s, nil
+}
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Run keeps the upstream connected and answers timeouts until ctx is done.
+// It returns ctx.Err().
+func (s *Server) Run(ctx context.Context) error {
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.sweepLoop(sweepCtx)
+	}()
+	err := s.sup.Run(ctx, s.serveUpstream)
+	stopSweep()
+	wg.Wait()
+	s.failAll(router.ErrorUnavailable.Because("shutdown"))
+	return err
+}
+
+// Connected reports whether the upstream is up, and returns a channel that
+// is closed at the next change.
+func (s *Server) Connected() (bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.up != nil, s.upChanged
+}
+
+// Ready reports whether the upstream is connected.
+func (s *Server) Ready() bool {
+	up, _ := s.Connected()
+	return up
+}
+
+// setUp changes the current upstream connection. Caller holds s.mu.
+func (s *Server) setUp(u *upstreamConn) {
+	s.up = u
+	close(s.upChanged)
+	s.upChanged = make(chan struct{})
+	if u != nil {
+		s.metrics.UpstreamConnected.Set(1)
+	} else {
+		s.metrics.UpstreamConnected.Set(0)
+	}
+}
+
+// newClient registers a session over tr. The returned client's context ends
+// when the session does; the caller runs its reader and must call
+// removeClient when it returns.
+func (s *Server) newClient(parent context.Context, tr transport) (*Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, ErrClosed
+	}
+	if len(s.clients) >= s.cfg.MaxClients {
+		s.metrics.limit("clients")
+		return nil, ErrTooManyClients
+	}
+	s.nextClient++
+	ctx, cancel := context.WithCancel(parent)
+	c := &Client{
+		id:     s.nextClient,
+		srv:    s,
+		tr:     tr,
+		out:    newOutbox(s.cfg.OutboundQueueBytes),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	s.clients[c.id] = c
+	s.metrics.clientsByTransport[tr.name()].Inc()
+	return c, nil
+}
+
+// removeClient forgets a session that has ended: its pending requests are
+// dropped (answers that still come for them match nothing and are dropped)
+// and its subscriptions are released.
+func (s *Server) removeClient(c *Client) {
+	c.shut(closeNormal, "")
+	var frames [][]byte
+	s.mu.Lock()
+	if _, ok := s.clients[c.id]; !ok {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.clients, c.id)
+	s.reqs.DropClient(c.id, nil)
+	kept := s.waiting[:0]
+	for _, w := range s.waiting {
+		if w.p.Client != c.id {
+			kept = append(kept, w)
+		}
+	}
+	clear(s.waiting[len(kept):])
+	s.waiting = kept
+	s.metrics.InFlight.Sub(float64(c.inflight))
+	c.inflight = 0
+	frames = s.releaseSubscriptionsLocked(c)
+	up := s.up
+	s.checkIdleLocked()
+	s.mu.Unlock()
+	s.metrics.clientsByTransport[c.tr.name()].Dec()
+	up.send(frames...)
+}
+
+// failAll answers every request still pending or waiting with e; used when
+// the server stops.
+func (s *Server) failAll(e router.RPCError) {
+	var done []router.Pending
+	s.mu.Lock()
+	s.reqs.Discard(func(_ uint64, p router.Pending) { done = append(done, p) })
+	for _, w := range s.waiting {
+		done = append(done, w.p)
+	}
+	s.waiting = nil
+	s.mu.Unlock()
+	for _, p := range done {
+		s.answerError(p, e)
+	}
+}
+
+// Shutdown stops taking new sessions, waits until every request in flight
+// has been answered or ctx is done, then closes every client with 1001
+// (going away). Run's context should be cancelled after it, which closes the
+// upstream with 1000.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+	}
+	idle := s.idle
+	s.checkIdleLocked()
+	s.mu.Unlock()
+
+	var err error
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		err = fmt.Errorf("shutdown: requests still in flight: %w", ctx.Err())
+	}
+	s.mu.Lock()
+	clients := make([]*Client, 0, len(s.clients))
+	for _, c := range s.clients {
+		clients = append(clients, c)
+	}
+	s.mu.Unlock()
+	for _, c := range clients {
+		c.shut(closeGoingAway, "shutdown")
+	}
+	return err
+}
+
+// checkIdleLocked closes s.idle once shutting down and nothing is in
+// flight. Caller holds s.mu.
+func (s *Server) checkIdleLocked() {
+	if s.idle == nil || !s.closing {
+		return
+	}
+	select {
+	case <-s.idle:
+		return
+	default:
+	}
+	busy := len(s.waiting) > 0
+	if !busy {
+		for _, c := range s.clients {
+			if c.inflight > 0 {
+				busy = true
+				break
+			}
+		}
+	}
+	if !busy {
+		close(s.idle)
+	}
+}

@@ -1,0 +1,257 @@
+package mux
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// This file is the second routing layer. A client's eth_subscribe is
+// answered with a subscription id of muxd's own; identical subscriptions
+// (same canonical params) share one upstream subscription; pushes are routed
+// by params.subscription and rewritten to each holder's id. All functions
+// named ...Locked run with s.mu held.
+
+// newSubscriptionID returns a fresh client subscription id as a JSON string:
+// "0x" and 32 lowercase hex digits, like geth's.
+func newSubscriptionID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	out := make([]byte, 0, 36)
+	out = append(out, `"0x`...)
+	out = hex.AppendEncode(out, b[:])
+	return string(append(out, '"'))
+}
+
+func (s *Server) subscribeLocked(c *Client, frame []byte, m *router.Message, p router.Pending, up *upstreamConn, out *outgoing) []byte {
+	if c.tr.name() == "http" {
+		return s.errorBytes(p.ID, router.ErrorNoNotifications)
+	}
+	if !m.Params.Present() {
+		return s.errorBytes(p.ID, invalidParams)
+	}
+	params := m.Params.In(frame)
+	key, err := router.SubscriptionKey(params)
+	if err != nil {
+		return s.errorBytes(p.ID, invalidParams)
+	}
+	if len(c.subs) >= s.cfg.MaxSubscriptions {
+		s.metrics.limit("subscriptions")
+		return s.errorBytes(p.ID, router.ErrorLimit.Because("too many subscriptions"))
+	}
+	subID := newSubscriptionID()
+	sh := s.subs.Attach(key, append([]byte(nil), params...), c.id, subID)
+	if c.subs == nil {
+		c.subs = make(map[string]string)
+	}
+	c.subs[subID] = key
+	s.updateSubGaugesLocked()
+	switch sh.State {
+	case router.SubLive:
+		s.answerSubscribeLocked(c, p, subID)
+		return nil
+	case router.SubSubscribing:
+		s.subs.Wait(key, router.Waiter{Member: router.Member{Client: c.id, ID: subID}, Request: p})
+		return nil
+	}
+	s.subs.Wait(key, router.Waiter{Member: router.Member{Client: c.id, ID: subID}, Request: p})
+	if up != nil {
+		s.subscribeUpstreamLocked(sh, out)
+	}
+	// With no upstream, the key is subscribed as soon as one is up
+	// (resubscribeLocked); the client waits until then or its deadline.
+	return nil
+}
+
+var invalidParams = router.RPCError{Code: -32602, Message: "invalid params", Reason: "eth_subscribe params must be an array starting with the subscription name"}
+
+// subscribeUpstreamLocked sends eth_subscribe for sh on the current
+// connection, as muxd's own request.
+func (s *Server) subscribeUpstreamLocked(sh *router.Shared, out *outgoing) {
+	uid := s.reqs.Next()
+	frame := []byte(`{"jsonrpc":"2.0","id":`)
+	frame = router.AppendUpstreamID(frame, uid)
+	frame = append(frame, `,"method":"eth_subscribe","params":`...)
+	frame = append(frame, sh.Params...)
+	frame = append(frame, '}')
+	sh.State = router.SubSubscribing
+	now := time.Now()
+	s.enqueueLocked(nil, uid, router.Pending{
+		Client:   router.Internal,
+		Method:   methodSubscribe,
+		Sent:     now,
+		Deadline: now.Add(s.cfg.RequestTimeout),
+		Frame:    frame,
+		Kind:     router.KindSubscribe,
+		Key:      sh.Key,
+	}, s.up, out)
+}
+
+// unsubscribeUpstreamLocked sends eth_unsubscribe for the node's id.
+func (s *Server) unsubscribeUpstreamLocked(upstreamID string, out *outgoing) {
+	if s.up == nil {
+		return // the subscription died with the connection
+	}
+	uid := s.reqs.Next()
+	frame := []byte(`{"jsonrpc":"2.0","id":`)
+	frame = router.AppendUpstreamID(frame, uid)
+	frame = append(frame, `,"method":"eth_unsubscribe","params":[`...)
+	frame = append(frame, upstreamID...)
+	frame = append(frame, "]}"...)
+	now := time.Now()
+	s.enqueueLocked(nil, uid, router.Pending{
+		Client:   router.Internal,
+		Method:   methodUnsubscribe,
+		Sent:     now,
+		Deadline: now.Add(s.cfg.RequestTimeout),
+		Frame:    frame,
+		Kind:     router.KindUnsubscribe,
+	}, s.up, out)
+}
+
+// subscribedLocked handles the node's answer to muxd's eth_subscribe.
+func (s *Server) subscribedLocked(msg []byte, m *router.Message, p router.Pending, out *outgoing) {
+	if m.Result.Present() && msg[m.Result.Off] == '"' {
+		upID := string(m.Result.In(msg))
+		waiters, ok := s.subs.Subscribed(p.Key, upID)
+		if !ok {
+			// Everyone left while it was being set up.
+			s.unsubscribeUpstreamLocked(upID, out)
+			return
+		}
+		for _, w := range waiters {
+			if c := s.clients[w.Client]; c != nil {
+				s.answerSubscribeLocked(c, w.Request, w.ID)
+			}
+		}
+		s.updateSubGaugesLocked()
+		return
+	}
+	// An error (or a result that is no subscription id): each waiter gets
+	// the node's answer as it came, under its own id.
+	waiters := s.subs.Failed(p.Key)
+	s.log.Warn("upstream refused a subscription", "key", p.Key, "waiters", len(waiters))
+	for _, w := range waiters {
+		c := s.clients[w.Client]
+		if c == nil {
+			continue
+		}
+		delete(c.subs, w.ID)
+		resp := router.AppendSpliced(nil, msg[m.Start:m.End], rebase(m.ID, m.Start), w.Request.ID)
+		s.deliverLocked(c, w.Request, resp, responseCode(msg, m))
+	}
+	s.updateSubGaugesLocked()
+}
+
+// answerSubscribeLocked sends a client its subscription id and lets pushes
+// reach it from then on; in a batch, from when the array is sent.
+func (s *Server) answerSubscribeLocked(c *Client, p router.Pending, subID string) {
+	resp := router.AppendResultResponse(nil, p.ID, []byte(subID))
+	if p.Batch != nil {
+		p.Batch.Subs = append(p.Batch.Subs, subID)
+	}
+	s.deliverLocked(c, p, resp, 0)
+	if p.Batch == nil {
+		s.subs.SetReady(subID)
+	}
+}
+
+func rebase(sp router.Span, start int) router.Span {
+	sp.Off -= start
+	return sp
+}
+
+func (s *Server) unsubscribeLocked(c *Client, frame []byte, m *router.Message, p router.Pending, up *upstreamConn, out *outgoing) []byte {
+	if c.tr.name() == "http" {
+		return s.errorBytes(p.ID, router.ErrorNoNotifications)
+	}
+	var args []string
+	if !m.Params.Present() || json.Unmarshal(m.Params.In(frame), &args) != nil || len(args) != 1 {
+		return s.errorBytes(p.ID, router.RPCError{Code: -32602, Message: "invalid params", Reason: "eth_unsubscribe takes one subscription id"})
+	}
+	subID, _ := json.Marshal(args[0])
+	result := "false"
+	if owner, ok := s.subs.Owner(string(subID)); ok && owner == c.id {
+		s.detachLocked(c, string(subID), out)
+		result = "true"
+	}
+	s.metrics.response(0)
+	return router.AppendResultResponse(nil, p.ID, []byte(result))
+}
+
+// detachLocked removes one of c's subscriptions, unsubscribing upstream
+// when it was the key's last.
+func (s *Server) detachLocked(c *Client, subID string, out *outgoing) {
+	delete(c.subs, subID)
+	_, _, unsub := s.subs.Detach(subID)
+	if unsub != "" {
+		s.unsubscribeUpstreamLocked(unsub, out)
+	}
+	s.updateSubGaugesLocked()
+}
+
+// releaseSubscriptionsLocked detaches every subscription of a client that
+// has gone and returns the frames to send upstream.
+func (s *Server) releaseSubscriptionsLocked(c *Client) [][]byte {
+	var out outgoing
+	for subID := range c.subs {
+		s.detachLocked(c, subID, &out)
+	}
+	return out.frames
+}
+
+// resubscribeLocked subscribes upstream every key that has holders but no
+// live upstream subscription: after a reconnect, and for keys whose client
+// asked while no upstream was up. Client ids do not change.
+func (s *Server) resubscribeLocked(out *outgoing) {
+	for _, sh := range s.subs.Idle() {
+		s.subscribeUpstreamLocked(sh, out)
+	}
+}
+
+// subscriptionsLostLocked forgets the node's subscription ids when the
+// connection is gone.
+func (s *Server) subscriptionsLostLocked() {
+	s.subs.Lost()
+	s.updateSubGaugesLocked()
+}
+
+// routePush is layer 2: a push is scanned once, then spliced for every
+// holder of its subscription with that holder's id.
+func (s *Server) routePush(u *upstreamConn, frame []byte, m *router.Message) {
+	if !m.Subscription.Present() {
+		s.dropped(DropUnexpected, "upstream push without params.subscription", "gen", u.Gen)
+		return
+	}
+	elem := frame[m.Start:m.End]
+	at := rebase(m.Subscription, m.Start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.up != u {
+		return
+	}
+	sh := s.subs.Push(at.In(elem))
+	if sh == nil {
+		s.dropped(DropUnknownSubscription, "upstream push for a subscription nobody holds", "gen", u.Gen)
+		return
+	}
+	n := 0
+	for _, mem := range sh.Members {
+		c := s.clients[mem.Client]
+		if c == nil || !mem.Ready {
+			continue
+		}
+		c.send(router.AppendSpliced(make([]byte, 0, len(elem)-at.Len+len(mem.ID)), elem, at, []byte(mem.ID)))
+		n++
+	}
+	s.metrics.Pushes.Add(float64(n))
+}
+
+func (s *Server) updateSubGaugesLocked() {
+	up, cl := s.subs.Counts()
+	s.metrics.UpstreamSubs.Set(float64(up))
+	s.metrics.ClientSubs.Set(float64(cl))
+}

@@ -1,0 +1,83 @@
+package mux
+
+import (
+	"context"
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// sweepInterval is how often deadlines are checked: a twentieth of the
+// request timeout, within [5ms, 250ms], so a timeout fires at most that late.
+func sweepInterval(timeout time.Duration) time.Duration {
+	return min(max(timeout/20, 5*time.Millisecond), 250*time.Millisecond)
+}
+
+// sweepLoop answers expired requests until ctx is done. Deadlines live here
+// and not as contexts on the shared socket: in coder/websocket an expired
+// context on a Read or Write closes the connection.
+func (s *Server) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(sweepInterval(s.cfg.RequestTimeout))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.sweep(now)
+		}
+	}
+}
+
+// sweep answers every request whose deadline has passed with -32002
+// "request timed out", whether it is in flight upstream, waiting for an
+// upstream, or a subscription waiting for the node's answer. An answer that
+// comes later finds nothing and is dropped.
+func (s *Server) sweep(now time.Time) {
+	var expired []router.Pending
+	s.mu.Lock()
+	s.reqs.Expire(now, func(_ uint64, p router.Pending) {
+		s.settledLocked(p)
+		if p.Kind == router.KindSubscribe {
+			// The node did not answer muxd's own eth_subscribe: its
+			// waiters time out, and the key is tried again on the next
+			// connection.
+			for _, w := range s.subs.Failed(p.Key) {
+				if c := s.clients[w.Client]; c != nil {
+					delete(c.subs, w.ID)
+				}
+				expired = append(expired, w.Request)
+			}
+			return
+		}
+		expired = append(expired, p)
+	})
+	kept := s.waiting[:0]
+	for _, w := range s.waiting {
+		if w.p.Deadline.After(now) {
+			kept = append(kept, w)
+			continue
+		}
+		s.settledLocked(w.p)
+		if w.p.Kind == router.KindCall {
+			expired = append(expired, w.p)
+		}
+	}
+	clear(s.waiting[len(kept):])
+	s.waiting = kept
+	for _, w := range s.subs.ExpireWaiters(now) {
+		if c := s.clients[w.Client]; c != nil {
+			delete(c.subs, w.ID)
+		}
+		expired = append(expired, w.Request)
+	}
+	if len(expired) > 0 {
+		s.updateSubGaugesLocked()
+	}
+	for _, p := range expired {
+		if c := s.clients[p.Client]; c != nil {
+			s.deliverLocked(c, p, router.ErrorResponse(p.ID, router.ErrorTimeout), router.CodeUnavailable)
+		}
+	}
+	s.mu.Unlock()
+}

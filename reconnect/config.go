@@ -1,0 +1,85 @@
+package reconnect
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Defaults applied by [New] to zero-valued [Config] fields.
+const (
+	DefaultHealthyAfter = 30 * time.Second
+	DefaultPingInterval = 15 * time.Second
+	DefaultPingTimeout  = 10 * time.Second
+	DefaultDialTimeout  = 10 * time.Second
+)
+
+// closeGrace bounds how long Run waits for the close handshake on shutdown before it
+// cancels serve's context (which makes coder/websocket drop the connection).
+const closeGrace = 2 * time.Second
+
+// Config configures a [Supervisor]. Only Dial is required.
+type Config struct {
+	// Dial opens one upstream connection, e.g. [WebSocketDialer]. Required.
+	Dial DialFunc
+
+	// NewBackOff returns the backoff policy used between dial attempts and before
+	// redialling a lost connection; it is called once per Run. nil: exponential with
+	// jitter, initial 100ms, max interval 10s, never gives up. If the policy returns
+	// backoff.Stop, Run gives up and returns an error.
+	NewBackOff func() backoff.BackOff
+
+	// HealthyAfter: a connection that lived at least this long resets the backoff
+	// before redialling. <= 0 means DefaultHealthyAfter (30s).
+	HealthyAfter time.Duration
+
+	// PingInterval between keepalive pings. 0 means DefaultPingInterval (15s);
+	// < 0 disables keepalive.
+	PingInterval time.Duration
+
+	// PingTimeout is how long a ping may wait for its pong before the connection is
+	// considered dead. <= 0 means DefaultPingTimeout (10s).
+	PingTimeout time.Duration
+
+	// DialTimeout bounds each dial attempt. <= 0 means DefaultDialTimeout (10s).
+	DialTimeout time.Duration
+
+	// Logger receives lifecycle logs. nil means slog.Default().
+	Logger *slog.Logger
+
+	// OnDialError, if set, is called synchronously from Run's goroutine after each
+	// failed dial attempt with the error and the delay before the next attempt
+	// (backoff.Stop if Run is about to give up). It must not block for long.
+	OnDialError func(err error, next time.Duration)
+}
+
+func defaultBackOff() backoff.BackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(10*time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.NewBackOff == nil {
+		cfg.NewBackOff = defaultBackOff
+	}
+	if cfg.HealthyAfter <= 0 {
+		cfg.HealthyAfter = DefaultHealthyAfter
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = DefaultPingTimeout
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}

@@ -1,0 +1,110 @@
+package reconnect
+
+import (
+	"cmp"
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/coder/websocket"
+)
+
+// DefaultReadLimit is the maximum size of one upstream message when
+// [WebSocketDialer] is given a non-positive read limit. Ethereum nodes send large
+// responses (blocks with full transactions, traces, logs), hence the generous limit.
+const DefaultReadLimit = 128 << 20
+
+// DialFunc opens one upstream connection. ctx bounds the dial attempt only; the
+// returned connection must stay usable after ctx is done. A DialFunc may be called
+// again after a previous connection is lost, but [Supervisor.Run] never calls it
+// concurrently with itself.
+type DialFunc func(ctx context.Context) (*websocket.Conn, error)
+
+// WebSocketDialer returns a DialFunc that dials rawURL (ws:// or wss://) sending the
+// extra HTTP headers in header (for example Authorization), and sets the connection's
+// read limit to readLimit bytes (readLimit <= 0 means [DefaultReadLimit]).
+//
+// header is copied; later changes to it have no effect. Headers are never logged.
+// Dial errors read "dial upstream <Redact(rawURL)>: <cause>", where the cause's text
+// has the URL and its secret parts (userinfo, path, query) scrubbed; the original
+// error stays reachable through errors.Unwrap / errors.Is / errors.As, and its own
+// message may contain the raw URL, so do not log an unwrapped cause.
+//
+// The returned DialFunc is safe for concurrent use.
+func WebSocketDialer(rawURL string, header http.Header, readLimit int64) DialFunc {
+	if readLimit <= 0 {
+		readLimit = DefaultReadLimit
+	}
+	opts := &websocket.DialOptions{HTTPHeader: header.Clone()}
+	prefix := "dial upstream " + Redact(rawURL) + ": "
+	scrub := urlScrubber(rawURL)
+	return func(ctx context.Context) (*websocket.Conn, error) {
+		c, _, err := websocket.Dial(ctx, rawURL, opts)
+		if err != nil {
+			return nil, &dialError{msg: prefix + scrub.Replace(err.Error()), err: err}
+		}
+		c.SetReadLimit(readLimit)
+		return c, nil
+	}
+}
+
+// dialError is fmt.Errorf("dial upstream %s: %w", Redact(rawURL), err) with the
+// secrets scrubbed from err's text (net/http's *url.Error quotes the whole URL).
+type dialError struct {
+	msg string
+	err error
+}
+
+func (e *dialError) Error() string { return e.msg }
+func (e *dialError) Unwrap() error { return e.err }
+
+// urlScrubber returns a Replacer that rewrites every spelling of rawURL that may appear
+// in an error (as given; with the ws/wss/http/https scheme; with the password masked by
+// url.URL.Redacted or by net/http; quoted) to Redact(rawURL), and any remaining secret
+// part of it to "…".
+func urlScrubber(rawURL string) *strings.Replacer {
+	redacted := Redact(rawURL)
+	full := []string{rawURL}
+	var parts []string
+	if u, err := url.Parse(rawURL); err == nil {
+		for _, scheme := range []string{"ws", "wss", "http", "https"} {
+			v := *u
+			v.Scheme = scheme
+			full = append(full, v.String(), v.Redacted())
+			if _, ok := u.User.Password(); ok { // as net/http's stripPassword does
+				full = append(full, strings.Replace(v.String(), u.User.String()+"@", u.User.Username()+":***@", 1))
+			}
+		}
+		if u.User != nil {
+			pw, _ := u.User.Password()
+			parts = append(parts, u.User.String(), u.User.Username(), pw)
+		}
+		parts = append(parts, u.RawQuery, u.EscapedPath(), u.Path, u.EscapedFragment(), u.Fragment)
+	}
+	for _, s := range slices.Clone(full) {
+		full = append(full, strings.Trim(strconv.Quote(s), `"`))
+	}
+
+	type pair struct{ old, new string }
+	var pairs []pair
+	for _, s := range full {
+		pairs = append(pairs, pair{s, redacted})
+	}
+	for _, s := range parts {
+		if len(s) >= 4 { // shorter strings ("/", "/v3") are not secrets and too likely to clobber other text
+			pairs = append(pairs, pair{s, "…"})
+		}
+	}
+	// strings.Replacer tries the pairs in argument order at each position: longest first.
+	slices.SortStableFunc(pairs, func(a, b pair) int { return cmp.Compare(len(b.old), len(a.old)) })
+	var args []string
+	for _, p := range pairs {
+		if p.old != "" {
+			args = append(args, p.old, p.new)
+		}
+	}
+	return strings.NewReplacer(args...)
+}

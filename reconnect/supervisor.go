@@ -1,0 +1,192 @@
+package reconnect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/coder/websocket"
+)
+
+// Conn is one live upstream connection, valid until the serve call it was passed to
+// returns. The embedded *websocket.Conn follows coder/websocket's rules: at most one
+// reader at a time, writes are safe for concurrent use.
+type Conn struct {
+	*websocket.Conn
+	// Gen is the connection's generation: 1 for a Supervisor's first connection, +1
+	// for each new one, never reused.
+	Gen uint64
+}
+
+// Supervisor keeps one upstream connection up. Create it with [New]. Run must not be
+// called concurrently with itself; it may be called again after it returns, and
+// generations keep increasing across calls.
+type Supervisor struct {
+	cfg Config
+	log *slog.Logger
+	gen atomic.Uint64
+}
+
+// New returns a Supervisor for cfg, with defaults applied to zero-valued fields.
+// It panics if cfg.Dial is nil.
+func New(cfg Config) *Supervisor {
+	if cfg.Dial == nil {
+		panic("reconnect: Config.Dial is nil")
+	}
+	cfg = cfg.withDefaults()
+	return &Supervisor{cfg: cfg, log: cfg.Logger}
+}
+
+// Run dials until it succeeds (with backoff between attempts, forever, until ctx is
+// done), then calls serve(ctx, conn) for that connection on Run's goroutine. While
+// serve runs, a keepalive goroutine pings the connection every PingInterval; a ping
+// without pong within PingTimeout closes the connection with CloseNow, so serve's Read
+// fails and serve returns. When serve returns, Run closes the connection (CloseNow),
+// waits for the keepalive goroutine, and, after a backoff delay (the backoff is reset
+// first if the connection lived at least HealthyAfter), dials again.
+//
+// serve must read from the connection until it fails (coder/websocket needs a
+// concurrent reader for pings to see their pongs) and must return once it fails or its
+// ctx is done. serve's ctx carries ctx's values but is not cancelled the moment ctx is:
+// on shutdown Run first attempts a close handshake (StatusNormalClosure, "shutdown"),
+// bounded by a short grace period, and only then cancels serve's ctx; a serve blocked
+// in Read sees the handshake's reply or the closed connection and returns.
+//
+// Run returns ctx.Err() once ctx is done and serve (if running) has returned. If the
+// backoff policy returns backoff.Stop, Run returns an error wrapping the last failure.
+func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c *Conn) error) error {
+	b := s.cfg.NewBackOff()
+	for {
+		ws, err := s.dial(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			next := b.NextBackOff()
+			s.log.Warn("upstream dial failed", "err", err, "retry_in", next)
+			if s.cfg.OnDialError != nil {
+				s.cfg.OnDialError(err, next)
+			}
+			if next == backoff.Stop {
+				return fmt.Errorf("reconnect: giving up dialling upstream: %w", err)
+			}
+			if err := sleep(ctx, next); err != nil {
+				return err
+			}
+			continue
+		}
+
+		c := &Conn{Conn: ws, Gen: s.gen.Add(1)}
+		s.log.Info("upstream connected", "gen", c.Gen)
+		start := time.Now()
+		err = s.session(ctx, c, serve)
+		lived := time.Since(start)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if lived >= s.cfg.HealthyAfter {
+			b.Reset()
+		}
+		next := b.NextBackOff()
+		s.log.Warn("upstream lost", "gen", c.Gen, "err", err, "lived", lived, "retry_in", next)
+		if next == backoff.Stop {
+			return fmt.Errorf("reconnect: giving up after losing upstream: %w", err)
+		}
+		if err := sleep(ctx, next); err != nil {
+			return err
+		}
+	}
+}
+
+// dial makes one attempt bounded by DialTimeout.
+func (s *Supervisor) dial(ctx context.Context) (*websocket.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	c, err := s.cfg.Dial(dctx)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return nil, errors.New("reconnect: DialFunc returned neither a connection nor an error")
+	}
+	if ctx.Err() != nil {
+		c.CloseNow()
+		return nil, ctx.Err()
+	}
+	return c, nil
+}
+
+// session runs serve for c with keepalive and shutdown handling and returns why the
+// connection ended: the keepalive error if a ping timed out, else serve's error.
+// c is closed and all helpers have finished when session returns.
+func (s *Supervisor) session(ctx context.Context, c *Conn, serve func(context.Context, *Conn) error) (err error) {
+	serveCtx, cancelServe := context.WithCancel(context.WithoutCancel(ctx))
+
+	pingCtx, stopPing := context.WithCancel(context.Background())
+	pingDone := make(chan struct{})
+	var pingErr error // written by the keepalive goroutine before pingDone is closed
+	if s.cfg.PingInterval > 0 {
+		go func() {
+			defer close(pingDone)
+			pingErr = keepalive(pingCtx, c.Conn, s.cfg.PingInterval, s.cfg.PingTimeout)
+		}()
+	} else {
+		close(pingDone)
+	}
+
+	shutdownDone := make(chan struct{})
+	stopShutdown := context.AfterFunc(ctx, func() {
+		defer close(shutdownDone)
+		stopPing()
+		<-pingDone
+		closeGracefully(c.Conn, closeGrace)
+		cancelServe()
+	})
+
+	defer func() {
+		if !stopShutdown() {
+			<-shutdownDone
+		}
+		stopPing()
+		<-pingDone
+		c.CloseNow()
+		cancelServe()
+		if pingErr != nil {
+			err = pingErr
+		}
+	}()
+	return serve(serveCtx, c)
+}
+
+// closeGracefully starts a close handshake and waits for it at most grace. If it takes
+// longer it keeps running in the background; coder/websocket bounds it by its own
+// timeouts, and it ends as soon as serve's Read drops the connection.
+func closeGracefully(c *websocket.Conn, grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Close(websocket.StatusNormalClosure, "shutdown")
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// sleep waits d or until ctx is done, whichever comes first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,54 @@
+package router
+
+// Batch re-assembles the answers to one client batch. Each id-bearing
+// element is sent upstream on its own; its answer (or muxd's own error for
+// it) is added here as it comes, in whatever order, and the array is
+// complete when every expected answer is in.
+type Batch struct {
+	Client ClientID
+	// Subs are client subscription ids created by eth_subscribe elements
+	// of the batch; they start receiving pushes once the array is sent.
+	Subs  []string
+	want  int
+	parts [][]byte
+	size  int
+}
+
+// NewBatch returns a batch expecting want answers.
+func NewBatch(c ClientID, want int) *Batch {
+	return &Batch{Client: c, want: want, parts: make([][]byte, 0, want)}
+}
+
+// Add records one answer and reports whether this answer completed the
+// batch: it returns true exactly once, so that of several parties adding
+// answers exactly one sends the array. Answers beyond the expected count are
+// ignored.
+func (b *Batch) Add(resp []byte) (completed bool) {
+	if len(b.parts) >= b.want {
+		return false
+	}
+	b.parts = append(b.parts, resp)
+	b.size += len(resp) + 1
+	return len(b.parts) == b.want
+}
+
+// Complete reports whether every expected answer is in.
+func (b *Batch) Complete() bool { return len(b.parts) >= b.want }
+
+// Want is the number of answers the batch expects in all.
+func (b *Batch) Want() int { return b.want }
+
+// Encode returns the JSON array of the answers. Call it once, when the
+// batch is complete.
+func (b *Batch) Encode() []byte {
+	out := make([]byte, 0, b.size+2)
+	out = append(out, '[')
+	for i, p := range b.parts {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p...)
+	}
+	b.parts = nil
+	return append(out, ']')
+}

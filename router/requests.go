@@ -1,0 +1,276 @@
+package router
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// ClientID names a client session. Zero is muxd itself: requests muxd sends
+// on its own behalf (subscribing, unsubscribing) carry it.
+type ClientID uint64
+
+// Internal is the ClientID of requests muxd makes itself.
+const Internal ClientID = 0
+
+// Kind says what muxd does with the answer to a pending request.
+type Kind uint8
+
+const (
+	KindCall        Kind = iota // an ordinary call: the answer goes to the client
+	KindSubscribe               // eth_subscribe for a subscription key (muxd's own)
+	KindUnsubscribe             // eth_unsubscribe muxd sends when a key's last client leaves
+)
+
+// Pending is one request in flight upstream.
+type Pending struct {
+	Client   ClientID
+	ID       []byte // the client's id, exactly as it wrote it
+	Method   string
+	Sent     time.Time // when the client's request reached muxd
+	Deadline time.Time
+	Batch    *Batch // the client batch it belongs to, nil for a single request
+	Frame    []byte // the request as sent upstream, kept so it can be sent again
+	Kind     Kind
+	Key      string // the subscription key, for KindSubscribe and KindUnsubscribe
+}
+
+// Requests is the pending table of ONE upstream connection: upstream id ->
+// the request it stands for. Upstream ids come from a counter that never
+// repeats for the life of the table, across Discard.
+//
+// Requests is not safe for concurrent use.
+type Requests struct {
+	next uint64
+	// m maps an upstream id to its Pending in slots. Pending is too large
+	// for a map to hold inline (over 128 bytes), so a map[uint64]Pending
+	// would allocate on every insert; slots are reused through free.
+	m        map[uint64]int
+	slots    []Pending
+	free     []int
+	perCli   map[ClientID]int
+	deadline deadlineHeap
+}
+
+// NewRequests returns an empty table whose first upstream id is 1.
+func NewRequests() *Requests {
+	return &Requests{m: make(map[uint64]int), perCli: make(map[ClientID]int)}
+}
+
+// Next returns a fresh upstream id.
+func (r *Requests) Next() uint64 {
+	r.next++
+	return r.next
+}
+
+// Add records p under upstream id id (from Next, or an id being retried).
+func (r *Requests) Add(id uint64, p Pending) {
+	if i, ok := r.m[id]; ok {
+		r.release(r.slots[i].Client)
+		r.slots[i] = p
+	} else {
+		var i int
+		if n := len(r.free); n > 0 {
+			i = r.free[n-1]
+			r.free = r.free[:n-1]
+		} else {
+			i = len(r.slots)
+			r.slots = append(r.slots, Pending{})
+		}
+		r.slots[i] = p
+		r.m[id] = i
+	}
+	r.perCli[p.Client]++
+	if !p.Deadline.IsZero() {
+		r.deadline.push(deadlineItem{p.Deadline, id})
+	}
+	r.compact()
+}
+
+// Take looks up the request answered by upstream id id and removes it, so
+// that a second answer with the same id finds nothing.
+func (r *Requests) Take(id uint64) (Pending, bool) {
+	i, ok := r.m[id]
+	if !ok {
+		return Pending{}, false
+	}
+	p := r.slots[i]
+	r.remove(id, i)
+	return p, true
+}
+
+// remove deletes id, whose Pending is in slots[i].
+func (r *Requests) remove(id uint64, i int) {
+	r.release(r.slots[i].Client)
+	r.slots[i] = Pending{} // let the frame and id bytes go
+	r.free = append(r.free, i)
+	delete(r.m, id)
+}
+
+// release takes one request off client c's count.
+func (r *Requests) release(c ClientID) {
+	if n := r.perCli[c] - 1; n > 0 {
+		r.perCli[c] = n
+	} else {
+		delete(r.perCli, c)
+	}
+}
+
+// Len is the number of requests in flight.
+func (r *Requests) Len() int { return len(r.m) }
+
+// InFlight is the number of requests in flight for client c.
+func (r *Requests) InFlight(c ClientID) int { return r.perCli[c] }
+
+// Expire removes every request whose deadline is not after now and calls fn
+// for each, earliest deadline first.
+func (r *Requests) Expire(now time.Time, fn func(id uint64, p Pending)) {
+	for r.deadline.len() > 0 {
+		top := r.deadline.peek()
+		if top.at.After(now) {
+			return
+		}
+		r.deadline.pop()
+		i, ok := r.m[top.id]
+		if !ok || !r.slots[i].Deadline.Equal(top.at) {
+			continue // answered already, or re-added with another deadline
+		}
+		p := r.slots[i]
+		r.remove(top.id, i)
+		fn(top.id, p)
+	}
+}
+
+// NextDeadline returns the earliest deadline that may still be pending
+// (possibly of a request answered since), or false if there is none.
+func (r *Requests) NextDeadline() (time.Time, bool) {
+	if r.deadline.len() == 0 {
+		return time.Time{}, false
+	}
+	return r.deadline.peek().at, true
+}
+
+// DropClient removes every request of client c, for a client that has gone.
+// Answers that still come for them then match nothing and are dropped.
+func (r *Requests) DropClient(c ClientID, fn func(id uint64, p Pending)) {
+	if r.perCli[c] == 0 {
+		return
+	}
+	for id, i := range r.m {
+		if p := r.slots[i]; p.Client == c {
+			r.remove(id, i)
+			if fn != nil {
+				fn(id, p)
+			}
+		}
+	}
+}
+
+// Discard empties the table, as when its upstream connection is lost, and
+// calls fn for every request that was in it, in upstream id order. The id
+// counter is kept, so ids are never reused by the table.
+func (r *Requests) Discard(fn func(id uint64, p Pending)) {
+	old, slots := r.m, r.slots
+	r.m = make(map[uint64]int)
+	r.slots, r.free = nil, nil
+	r.perCli = make(map[ClientID]int)
+	r.deadline = deadlineHeap{}
+	if fn == nil {
+		return
+	}
+	ids := make([]uint64, 0, len(old))
+	for id := range old {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		fn(id, slots[old[id]])
+	}
+}
+
+// compact rebuilds the deadline heap when answered requests make up most of
+// it, so its size stays proportional to what is really in flight.
+func (r *Requests) compact() {
+	if r.deadline.len() < 1024 || r.deadline.len() < 4*len(r.m) {
+		return
+	}
+	live := r.deadline.items[:0]
+	for _, it := range r.deadline.items {
+		if i, ok := r.m[it.id]; ok && r.slots[i].Deadline.Equal(it.at) {
+			live = append(live, it)
+		}
+	}
+	// An id taken and added again with the same deadline leaves several
+	// items that all match it; keep one, or the heap grows without bound.
+	slices.SortFunc(live, func(a, b deadlineItem) int { return cmp.Compare(a.id, b.id) })
+	live = slices.CompactFunc(live, func(a, b deadlineItem) bool { return a.id == b.id })
+	clear(r.deadline.items[len(live):])
+	r.deadline.items = live
+	r.deadline.init()
+}
+
+type deadlineItem struct {
+	at time.Time
+	id uint64
+}
+
+// deadlineHeap is a binary min-heap by deadline; typed, so that pushing does
+// not box items the way container/heap would.
+type deadlineHeap struct{ items []deadlineItem }
+
+func (h *deadlineHeap) len() int           { return len(h.items) }
+func (h *deadlineHeap) peek() deadlineItem { return h.items[0] }
+func (h *deadlineHeap) less(i, j int) bool { return h.items[i].at.Before(h.items[j].at) }
+func (h *deadlineHeap) swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
+
+func (h *deadlineHeap) push(it deadlineItem) {
+	h.items = append(h.items, it)
+	h.up(len(h.items) - 1)
+}
+
+func (h *deadlineHeap) pop() deadlineItem {
+	n := len(h.items) - 1
+	h.swap(0, n)
+	it := h.items[n]
+	h.items = h.items[:n]
+	if n > 0 {
+		h.down(0)
+	}
+	return it
+}
+
+func (h *deadlineHeap) init() {
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *deadlineHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h.less(j, i) {
+			return
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h *deadlineHeap) down(i int) {
+	n := len(h.items)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && h.less(r, l) {
+			j = r
+		}
+		if !h.less(j, i) {
+			return
+		}
+		h.swap(i, j)
+		i = j
+	}
+}

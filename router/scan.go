@@ -1,0 +1,600 @@
+package router
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Errors reported by the scanner. Callers test them with errors.Is.
+var (
+	// ErrParse means the frame is not valid JSON (JSON-RPC -32700).
+	ErrParse = errors.New("parse error")
+	// ErrEmptyBatch means the frame is the empty array [].
+	ErrEmptyBatch = errors.New("empty batch")
+	// ErrInvalid means a message is valid JSON but not a valid JSON-RPC 2.0
+	// request (JSON-RPC -32600). Scanner errors wrap it with the reason.
+	ErrInvalid = errors.New("invalid request")
+)
+
+// maxDepth bounds nesting so that a hostile frame cannot drive the recursive
+// scanner into deep stacks. encoding/json allows 10000; requests and node
+// responses never come close to this.
+const maxDepth = 1000
+
+// Span is where a JSON value sits in a frame: frame[Off:Off+Len]. A zero Len
+// means the member is absent (a JSON value is never empty).
+type Span struct{ Off, Len int }
+
+// Present reports whether the member was there.
+func (s Span) Present() bool { return s.Len > 0 }
+
+// In returns the span's bytes in frame.
+func (s Span) In(frame []byte) []byte { return frame[s.Off : s.Off+s.Len] }
+
+// Message records where the members of one JSON-RPC object sit in its frame.
+// All spans are offsets into the frame that was scanned, including for the
+// elements of a batch, so that a batch element can be sliced out with
+// frame[Start:End] and its id spliced in place.
+type Message struct {
+	Start, End int // the object itself
+
+	Version Span // "jsonrpc"
+	ID      Span // raw id bytes; absent for a notification
+	Method  Span // raw method value, quotes included
+	Params  Span
+	Result  Span
+	Error   Span
+
+	// Subscription is params.subscription, set when params is an object
+	// that has one (an eth_subscription push from the node).
+	Subscription Span
+
+	// Invalid is nil for a valid request. Otherwise it wraps ErrInvalid
+	// (client frames) and says what is wrong; ID is then still set when the
+	// id itself was readable and valid, so that the error can echo it.
+	Invalid error
+}
+
+// HasID reports whether the message carries an id member (a request or a
+// response, not a notification).
+func (m *Message) HasID() bool { return m.ID.Present() }
+
+// MethodName returns the method as a string. It allocates; on the hot path
+// compare MethodIs or look it up with string(m.Method...) in a map instead.
+func (m *Message) MethodName(frame []byte) string {
+	if !m.Method.Present() {
+		return ""
+	}
+	raw := m.Method.In(frame)
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	s, err := strconv.Unquote(string(raw))
+	if err != nil {
+		return string(raw[1 : len(raw)-1])
+	}
+	return s
+}
+
+// MethodIs reports whether the method is exactly name (unescaped form).
+func (m *Message) MethodIs(frame []byte, name string) bool {
+	if !m.Method.Present() {
+		return false
+	}
+	raw := m.Method.In(frame)
+	if len(raw) == len(name)+2 && string(raw[1:len(raw)-1]) == name {
+		return true
+	}
+	return bytes.IndexByte(raw, '\\') >= 0 && m.MethodName(frame) == name
+}
+
+// Frame is the result of scanning one frame.
+type Frame struct {
+	Batch    bool      // the frame is a JSON array
+	Messages []Message // one per element of a batch, or one for an object
+}
+
+// mode selects which rules the scanner applies.
+type mode uint8
+
+const (
+	modeClient   mode = iota // validate as a JSON-RPC 2.0 request
+	modeUpstream             // only locate members; the node is trusted for structure
+)
+
+// ScanClient scans a frame sent by a client and validates every request in it.
+//
+// It returns ErrParse when the frame is not valid JSON and ErrEmptyBatch for
+// []; a top-level value that is neither object nor array is one invalid
+// message. Otherwise each message's Invalid field says whether it may be
+// forwarded. msgs is reused for the result when it has room, so a caller that
+// keeps it between frames does not allocate.
+func ScanClient(frame []byte, msgs []Message) (Frame, error) {
+	return scanFrame(frame, msgs[:0], modeClient)
+}
+
+// ScanUpstream scans a frame received from the node. It checks JSON syntax
+// (ErrParse) and locates id, method, params.subscription, result and error in
+// each message; it does not enforce request rules.
+func ScanUpstream(frame []byte, msgs []Message) (Frame, error) {
+	return scanFrame(frame, msgs[:0], modeUpstream)
+}
+
+func scanFrame(b []byte, msgs []Message, md mode) (Frame, error) {
+	i := skipSpace(b, 0)
+	if i >= len(b) {
+		return Frame{}, ErrParse
+	}
+	var f Frame
+	switch b[i] {
+	case '{':
+		m, end, err := scanObject(b, i, 0, md)
+		if err != nil {
+			return Frame{}, err
+		}
+		if skipSpace(b, end) != len(b) {
+			return Frame{}, ErrParse
+		}
+		f.Messages = append(msgs, m)
+	case '[':
+		f.Batch = true
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			if skipSpace(b, i+1) != len(b) {
+				return Frame{}, ErrParse
+			}
+			return Frame{Batch: true}, ErrEmptyBatch
+		}
+		for {
+			if i >= len(b) {
+				return Frame{}, ErrParse
+			}
+			var m Message
+			if b[i] == '{' {
+				var err error
+				var end int
+				m, end, err = scanObject(b, i, 1, md)
+				if err != nil {
+					return Frame{}, err
+				}
+				i = end
+			} else {
+				end, err := skipValue(b, i, 1)
+				if err != nil {
+					return Frame{}, err
+				}
+				m = Message{Start: i, End: end, Invalid: fmt.Errorf("%w: batch element is not an object", ErrInvalid)}
+				i = end
+			}
+			msgs = append(msgs, m)
+			i = skipSpace(b, i)
+			if i >= len(b) {
+				return Frame{}, ErrParse
+			}
+			if b[i] == ']' {
+				i++
+				break
+			}
+			if b[i] != ',' {
+				return Frame{}, ErrParse
+			}
+			i = skipSpace(b, i+1)
+		}
+		if skipSpace(b, i) != len(b) {
+			return Frame{}, ErrParse
+		}
+		f.Messages = msgs
+	default:
+		end, err := skipValue(b, i, 0)
+		if err != nil {
+			return Frame{}, err
+		}
+		if skipSpace(b, end) != len(b) {
+			return Frame{}, ErrParse
+		}
+		f.Messages = append(msgs, Message{Start: i, End: end, Invalid: fmt.Errorf("%w: not an object", ErrInvalid)})
+	}
+	return f, nil
+}
+
+// member names the scanner knows.
+const (
+	memOther = iota
+	memVersion
+	memID
+	memMethod
+	memParams
+	memResult
+	memError
+	memLookalike // differs only in case from a reserved name
+)
+
+func memberOf(key []byte) int {
+	switch string(key) {
+	case `"jsonrpc"`:
+		return memVersion
+	case `"id"`:
+		return memID
+	case `"method"`:
+		return memMethod
+	case `"params"`:
+		return memParams
+	case `"result"`:
+		return memResult
+	case `"error"`:
+		return memError
+	}
+	// encoding/json, and so geth, matches member names without regard to
+	// case (Unicode simple folding, so "paramſ" is params) and decodes
+	// escapes in them: {"ID":1} or {"\u0069d":1} is an id to the node. Such
+	// keys must not slip past the scanner.
+	name := key[1 : len(key)-1]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		// The key's escapes are valid JSON (skipString checked them).
+		// strconv rejects only \/ and surrogate halves, which never
+		// decode to the letters of a member name.
+		s, err := strconv.Unquote(string(key))
+		if err != nil {
+			return memOther
+		}
+		name = []byte(s)
+	}
+	for _, n := range [...]string{"jsonrpc", "id", "method", "params", "result", "error"} {
+		if bytes.EqualFold(name, []byte(n)) {
+			return memLookalike
+		}
+	}
+	return memOther
+}
+
+// scanObject scans the message object at b[i], which sits inside depth
+// containers (0 at the top level, 1 in a batch).
+func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
+	m := Message{Start: i}
+	var seen [memLookalike + 1]bool
+	var problem string
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		m.End = i + 1
+		m.Invalid = fmt.Errorf("%w: empty object", ErrInvalid)
+		if md == modeUpstream {
+			m.Invalid = nil
+		}
+		return m, i + 1, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return Message{}, 0, ErrParse
+		}
+		kend, err := skipString(b, i)
+		if err != nil {
+			return Message{}, 0, err
+		}
+		mem := memberOf(b[i:kend])
+		i = skipSpace(b, kend)
+		if i >= len(b) || b[i] != ':' {
+			return Message{}, 0, ErrParse
+		}
+		i = skipSpace(b, i+1)
+		vstart := i
+		if mem == memParams && md == modeUpstream && i < len(b) && b[i] == '{' {
+			i, err = scanParams(b, i, depth+1, &m)
+		} else {
+			i, err = skipValue(b, i, depth+1)
+		}
+		if err != nil {
+			return Message{}, 0, err
+		}
+		sp := Span{vstart, i - vstart}
+		if seen[mem] && mem != memOther && problem == "" {
+			problem = "duplicate member"
+		}
+		seen[mem] = true
+		switch mem {
+		case memVersion:
+			m.Version = sp
+		case memID:
+			m.ID = sp
+		case memMethod:
+			m.Method = sp
+		case memParams:
+			m.Params = sp
+		case memResult:
+			m.Result = sp
+		case memError:
+			m.Error = sp
+		case memLookalike:
+			if problem == "" {
+				problem = "member name differs from a JSON-RPC member only in case or escapes"
+			}
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return Message{}, 0, ErrParse
+		}
+		if b[i] == '}' {
+			i++
+			break
+		}
+		if b[i] != ',' {
+			return Message{}, 0, ErrParse
+		}
+		i = skipSpace(b, i+1)
+	}
+	m.End = i
+	if md == modeClient {
+		m.Invalid = validateRequest(b, &m, problem)
+	}
+	return m, i, nil
+}
+
+// scanParams skips the params object of an upstream message, which sits
+// inside depth containers, recording params.subscription on the way.
+func scanParams(b []byte, i, depth int, m *Message) (int, error) {
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return 0, ErrParse
+		}
+		kend, err := skipString(b, i)
+		if err != nil {
+			return 0, err
+		}
+		isSub := string(b[i:kend]) == `"subscription"`
+		i = skipSpace(b, kend)
+		if i >= len(b) || b[i] != ':' {
+			return 0, ErrParse
+		}
+		i = skipSpace(b, i+1)
+		vstart := i
+		if i, err = skipValue(b, i, depth+1); err != nil {
+			return 0, err
+		}
+		if isSub {
+			m.Subscription = Span{vstart, i - vstart}
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return 0, ErrParse
+		}
+		if b[i] == '}' {
+			return i + 1, nil
+		}
+		if b[i] != ',' {
+			return 0, ErrParse
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+func validateRequest(b []byte, m *Message, problem string) error {
+	// The id is judged first: a valid id is echoed in the error for any
+	// other problem, an invalid one is not.
+	if m.ID.Present() {
+		switch b[m.ID.Off] {
+		case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'n':
+		default:
+			m.ID = Span{}
+			return fmt.Errorf("%w: id must be a string, number or null", ErrInvalid)
+		}
+	}
+	if problem != "" {
+		return fmt.Errorf("%w: %s", ErrInvalid, problem)
+	}
+	if !m.Version.Present() || string(m.Version.In(b)) != `"2.0"` {
+		return fmt.Errorf("%w: jsonrpc must be \"2.0\"", ErrInvalid)
+	}
+	if !m.Method.Present() || b[m.Method.Off] != '"' {
+		return fmt.Errorf("%w: method must be a string", ErrInvalid)
+	}
+	if m.Method.Len == 2 {
+		return fmt.Errorf("%w: method is empty", ErrInvalid)
+	}
+	if m.Params.Present() {
+		switch b[m.Params.Off] {
+		case '[', '{', 'n':
+		default:
+			return fmt.Errorf("%w: params must be an array or object", ErrInvalid)
+		}
+	}
+	if m.Result.Present() || m.Error.Present() {
+		return fmt.Errorf("%w: a request carries no result or error", ErrInvalid)
+	}
+	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipValue validates the JSON value starting at b[i] and returns the offset
+// just past it.
+func skipValue(b []byte, i, depth int) (int, error) {
+	if i >= len(b) {
+		return 0, ErrParse
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return skipString(b, i)
+	case c == '{':
+		if depth >= maxDepth {
+			return 0, ErrParse
+		}
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return i + 1, nil
+		}
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return 0, ErrParse
+			}
+			var err error
+			if i, err = skipString(b, i); err != nil {
+				return 0, err
+			}
+			i = skipSpace(b, i)
+			if i >= len(b) || b[i] != ':' {
+				return 0, ErrParse
+			}
+			if i, err = skipValue(b, skipSpace(b, i+1), depth+1); err != nil {
+				return 0, err
+			}
+			i = skipSpace(b, i)
+			if i >= len(b) {
+				return 0, ErrParse
+			}
+			if b[i] == '}' {
+				return i + 1, nil
+			}
+			if b[i] != ',' {
+				return 0, ErrParse
+			}
+			i = skipSpace(b, i+1)
+		}
+	case c == '[':
+		if depth >= maxDepth {
+			return 0, ErrParse
+		}
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1, nil
+		}
+		for {
+			var err error
+			if i, err = skipValue(b, i, depth+1); err != nil {
+				return 0, err
+			}
+			i = skipSpace(b, i)
+			if i >= len(b) {
+				return 0, ErrParse
+			}
+			if b[i] == ']' {
+				return i + 1, nil
+			}
+			if b[i] != ',' {
+				return 0, ErrParse
+			}
+			i = skipSpace(b, i+1)
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		return skipNumber(b, i)
+	case c == 't':
+		return skipLiteral(b, i, "true")
+	case c == 'f':
+		return skipLiteral(b, i, "false")
+	case c == 'n':
+		return skipLiteral(b, i, "null")
+	}
+	return 0, ErrParse
+}
+
+func skipLiteral(b []byte, i int, lit string) (int, error) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return 0, ErrParse
+	}
+	return i + len(lit), nil
+}
+
+// skipString validates the string starting at the quote b[i] and returns the
+// offset past its closing quote. Invalid UTF-8 is let through, as
+// encoding/json does (it substitutes U+FFFD); control characters are not.
+func skipString(b []byte, i int) (int, error) {
+	i++
+	for {
+		// Jump over the plain run in one go: this is where long hex
+		// strings in results spend their time.
+		j := i
+		for j < len(b) && b[j] != '"' && b[j] != '\\' && b[j] >= 0x20 {
+			j++
+		}
+		if j >= len(b) {
+			return 0, ErrParse
+		}
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, nil
+		case c < 0x20:
+			return 0, ErrParse
+		}
+		// backslash
+		if j+1 >= len(b) {
+			return 0, ErrParse
+		}
+		switch b[j+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			i = j + 2
+		case 'u':
+			if j+6 > len(b) {
+				return 0, ErrParse
+			}
+			for _, h := range b[j+2 : j+6] {
+				if !isHex(h) {
+					return 0, ErrParse
+				}
+			}
+			i = j + 6
+		default:
+			return 0, ErrParse
+		}
+	}
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func skipNumber(b []byte, i int) (int, error) {
+	if b[i] == '-' {
+		i++
+	}
+	if i >= len(b) {
+		return 0, ErrParse
+	}
+	switch {
+	case b[i] == '0':
+		i++
+	case b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return 0, ErrParse
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return 0, ErrParse
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return 0, ErrParse
+		}
+	}
+	return i, nil
+}
