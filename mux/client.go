@@ -33,6 +33,11 @@ type Client struct {
 	cancel context.CancelFunc
 	once   sync.Once
 
+	finishMu     sync.Mutex
+	finishing    bool
+	finishCode   int
+	finishReason string
+
 	// Guarded by srv.mu.
 	inflight int
 	subs     map[string]string // client subscription id -> subscription key
@@ -67,6 +72,34 @@ func (c *Client) shut(code int, reason string) {
 	})
 }
 
+// finish closes the session with code and reason once every answer owed to
+// it has been written: nothing in flight and nothing queued.
+func (c *Client) finish(code int, reason string) {
+	c.finishMu.Lock()
+	if !c.finishing {
+		c.finishing, c.finishCode, c.finishReason = true, code, reason
+	}
+	c.finishMu.Unlock()
+	select {
+	case c.out.wake <- struct{}{}:
+	default:
+	}
+}
+
+// finished reports whether a finish was asked for and is now due.
+func (c *Client) finished() (bool, int, string) {
+	c.finishMu.Lock()
+	f, code, reason := c.finishing, c.finishCode, c.finishReason
+	c.finishMu.Unlock()
+	if !f || c.out.pending() > 0 {
+		return false, 0, ""
+	}
+	c.srv.mu.Lock()
+	busy := c.inflight > 0
+	c.srv.mu.Unlock()
+	return !busy, code, reason
+}
+
 // writeLoop drains the queue until the session ends. Everything queued at
 // the moment it wakes is written in one call, so transports that can
 // coalesce do.
@@ -80,6 +113,10 @@ func (c *Client) writeLoop() {
 		}
 		batch = c.out.take(batch)
 		if len(batch) == 0 {
+			if done, code, reason := c.finished(); done {
+				c.shut(code, reason)
+				return
+			}
 			continue
 		}
 		n := 0
@@ -92,6 +129,10 @@ func (c *Client) writeLoop() {
 		}
 		c.out.done(n)
 		clear(batch)
+		if done, code, reason := c.finished(); done {
+			c.shut(code, reason)
+			return
+		}
 	}
 }
 

@@ -74,6 +74,12 @@ type Config struct {
 	// MaxWaiting bounds requests queued while no upstream is connected.
 	MaxWaiting int
 
+	// AllowedHosts are the Host header values accepted on the --listen
+	// address; empty means DefaultAllowedHosts, "*" allows any.
+	AllowedHosts []string
+	// MaxHTTPBodyBytes bounds an HTTP request body (413 past it).
+	MaxHTTPBodyBytes int64
+
 	// AllowedOrigins are host patterns a browser page may come from
 	// (WebSocket Origin check); empty allows only same-host pages and
 	// clients that send no Origin.
@@ -113,6 +119,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWaiting <= 0 {
 		c.MaxWaiting = DefaultMaxWaiting
+	}
+	if len(c.AllowedHosts) == 0 {
+		c.AllowedHosts = DefaultAllowedHosts
+	}
+	if c.MaxHTTPBodyBytes <= 0 {
+		c.MaxHTTPBodyBytes = DefaultMaxHTTPBodyBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

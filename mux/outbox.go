@@ -76,3 +76,10 @@ func (q *outbox) close() {
 	q.msgs = nil
 	q.mu.Unlock()
 }
+
+// pending is the number of bytes queued or being written.
+func (q *outbox) pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bytes
+}

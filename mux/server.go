@@ -233,8 +233,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		clients = append(clients, c)
 	}
 	s.mu.Unlock()
+	// Each client is closed with 1001 once what is queued for it has been
+	// written; a client that does not take it within a second is cut.
 	for _, c := range clients {
-		c.shut(closeGoingAway, "shutdown")
+		c.finish(closeGoingAway, "shutdown")
+	}
+	flush := time.NewTimer(time.Second)
+	defer flush.Stop()
+	for _, c := range clients {
+		select {
+		case <-c.ctx.Done():
+		case <-flush.C:
+			flush.Reset(0)
+			c.shut(closeGoingAway, "shutdown")
+		}
 	}
 	return err
 }

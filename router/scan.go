@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -71,8 +72,10 @@ func (m *Message) MethodName(frame []byte) string {
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return string(raw[1 : len(raw)-1])
 	}
-	s, err := strconv.Unquote(string(raw))
-	if err != nil {
+	// Decode as the node will: strconv.Unquote rejects JSON's \/ and
+	// surrogate pairs.
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
 		return string(raw[1 : len(raw)-1])
 	}
 	return s
@@ -279,6 +282,9 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 		}
 		i = skipSpace(b, i+1)
 		vstart := i
+		if mem == memParams {
+			m.Subscription = Span{} // a later params member replaces an earlier one
+		}
 		if mem == memParams && md == modeUpstream && i < len(b) && b[i] == '{' {
 			i, err = scanParams(b, i, depth+1, &m)
 		} else {

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/muxd/muxd/mux"
+	"github.com/muxd/muxd/reconnect"
+)
+
+// ErrConfig marks a configuration that cannot be used; muxd exits 2.
+var ErrConfig = errors.New("invalid configuration")
+
+// Duration is a time.Duration written as "30s" in the config file.
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// Config is the config file, and with the flags applied over it, muxd's
+// whole configuration. Every option has one name: the TOML key, and the flag
+// with "_" written as "-".
+type Config struct {
+	Upstream           string            `toml:"upstream"`
+	UpstreamHeaders    map[string]string `toml:"upstream_headers"`
+	UpstreamReadLimit  int64             `toml:"upstream_read_limit"`
+	PingInterval       Duration          `toml:"ping_interval"`
+	PingTimeout        Duration          `toml:"ping_timeout"`
+	Listen             string            `toml:"listen"`
+	IPC                string            `toml:"ipc"`
+	IPCMode            string            `toml:"ipc_mode"`
+	IPCGroup           string            `toml:"ipc_group"`
+	Metrics            string            `toml:"metrics"`
+	RequestTimeout     Duration          `toml:"request_timeout"`
+	ShutdownGrace      Duration          `toml:"shutdown_grace"`
+	LogLevel           string            `toml:"log_level"`
+	LogFormat          string            `toml:"log_format"`
+	AllowedOrigins     []string          `toml:"allowed_origins"`
+	AllowedHosts       []string          `toml:"allowed_hosts"`
+	DenyMethods        []string          `toml:"deny_methods"`
+	RetryMethods       []string          `toml:"retry_methods"`
+	MaxClients         int               `toml:"max_clients"`
+	MaxInFlight        int               `toml:"max_in_flight"`
+	MaxBatch           int               `toml:"max_batch"`
+	MaxMessageBytes    int64             `toml:"max_message_bytes"`
+	MaxSubscriptions   int               `toml:"max_subscriptions"`
+	OutboundQueueBytes int               `toml:"outbound_queue_bytes"`
+	HTTPBodyBytes      int64             `toml:"http_body_bytes"`
+}
+
+// defaults returns the configuration muxd runs with when nothing is set.
+func defaults() Config {
+	return Config{
+		UpstreamReadLimit:  reconnect.DefaultReadLimit,
+		PingInterval:       Duration{15 * time.Second},
+		PingTimeout:        Duration{10 * time.Second},
+		Listen:             "127.0.0.1:8547",
+		IPCMode:            "0600",
+		RequestTimeout:     Duration{mux.DefaultRequestTimeout},
+		ShutdownGrace:      Duration{10 * time.Second},
+		LogLevel:           "info",
+		LogFormat:          "text",
+		AllowedHosts:       mux.DefaultAllowedHosts,
+		DenyMethods:        mux.DefaultDenyMethods,
+		RetryMethods:       mux.DefaultRetryMethods,
+		MaxClients:         mux.DefaultMaxClients,
+		MaxInFlight:        mux.DefaultMaxInFlight,
+		MaxBatch:           mux.DefaultMaxBatch,
+		MaxMessageBytes:    mux.DefaultMaxMessageBytes,
+		MaxSubscriptions:   mux.DefaultMaxSubscriptions,
+		OutboundQueueBytes: mux.DefaultOutboundQueueBytes,
+		HTTPBodyBytes:      mux.DefaultMaxHTTPBodyBytes,
+	}
+}
+
+// loadFile reads a TOML file over cfg. Unknown keys are errors: a typo must
+// not silently leave a default in force.
+func loadFile(cfg *Config, file string) error {
+	md, err := toml.DecodeFile(file, cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrConfig, file, err)
+	}
+	var errs *multierror.Error
+	for _, k := range md.Undecoded() {
+		errs = multierror.Append(errs, fmt.Errorf("%s: unknown option %q", file, k.String()))
+	}
+	if errs != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, errs.ErrorOrNil())
+	}
+	return nil
+}
+
+// validate reports every problem at once.
+func (c *Config) validate() error {
+	var errs *multierror.Error
+	add := func(format string, args ...any) { errs = multierror.Append(errs, fmt.Errorf(format, args...)) }
+	if c.Upstream == "" {
+		add("upstream: not set (use --upstream, the config file, or MUXD_UPSTREAM)")
+	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		add("upstream: must be a ws:// or wss:// URL, got %s", reconnect.Redact(c.Upstream))
+	}
+	for name, v := range c.UpstreamHeaders {
+		if name == "" || strings.ContainsAny(name, " :\r\n") || strings.ContainsAny(v, "\r\n") {
+			add("upstream_headers: bad header %q", name)
+		}
+	}
+	if c.Listen == "" && c.IPC == "" {
+		add("listen, ipc: at least one must be set")
+	}
+	for _, a := range []struct{ name, addr string }{{"listen", c.Listen}, {"metrics", c.Metrics}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.addr); err != nil {
+			add("%s: %q is not host:port: %v", a.name, a.addr, err)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			add("%s: %q has a bad port", a.name, a.addr)
+		}
+	}
+	if c.Metrics != "" && c.Metrics == c.Listen {
+		add("metrics: must differ from listen (%s)", c.Listen)
+	}
+	if m, err := strconv.ParseUint(c.IPCMode, 8, 32); err != nil || m > 0o777 {
+		add("ipc_mode: %q is not an octal file mode like 0600", c.IPCMode)
+	}
+	if c.IPCGroup != "" && c.IPC == "" {
+		add("ipc_group: set without ipc")
+	}
+	for _, d := range []struct {
+		name string
+		d    Duration
+	}{{"request_timeout", c.RequestTimeout}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace}} {
+		if d.d.Duration <= 0 {
+			add("%s: must be positive, got %s", d.name, d.d.Duration)
+		}
+	}
+	if c.PingInterval.Duration < 0 {
+		add("ping_interval: must not be negative (0 disables keepalive)")
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log_level: %q is not debug, info, warn or error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		add("log_format: %q is not text or json", c.LogFormat)
+	}
+	for _, p := range c.DenyMethods {
+		if _, err := path.Match(p, ""); err != nil {
+			add("deny_methods: bad pattern %q: %v", p, err)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{
+		{"upstream_read_limit", c.UpstreamReadLimit}, {"max_clients", int64(c.MaxClients)},
+		{"max_in_flight", int64(c.MaxInFlight)}, {"max_batch", int64(c.MaxBatch)},
+		{"max_message_bytes", c.MaxMessageBytes}, {"max_subscriptions", int64(c.MaxSubscriptions)},
+		{"outbound_queue_bytes", int64(c.OutboundQueueBytes)}, {"http_body_bytes", c.HTTPBodyBytes},
+	} {
+		if n.v <= 0 {
+			add("%s: must be positive, got %d", n.name, n.v)
+		}
+	}
+	if c.MaxBatch > c.MaxInFlight {
+		add("max_batch (%d) is larger than max_in_flight (%d): such a batch could never be served", c.MaxBatch, c.MaxInFlight)
+	}
+	if err := errs.ErrorOrNil(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// header returns the upstream headers as an http.Header.
+func (c *Config) header() http.Header {
+	h := http.Header{}
+	for k, v := range c.UpstreamHeaders {
+		h.Set(k, v)
+	}
+	return h
+}
+
+// ipcMode is the parsed ipc_mode (validated before).
+func (c *Config) ipcMode() os.FileMode {
+	m, _ := strconv.ParseUint(c.IPCMode, 8, 32)
+	return os.FileMode(m)
+}

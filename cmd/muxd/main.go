@@ -1,0 +1,116 @@
+// Command muxd shares one upstream WebSocket to an Ethereum JSON-RPC node
+// among many local clients.
+//
+//	muxd [serve] --upstream ws://127.0.0.1:8546 [--listen 127.0.0.1:8547] [--config FILE] …
+//	muxd check --config FILE
+//	muxd probe URL
+//	muxd version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…"; otherwise
+// the module version from the build info is used.
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is muxd's command line; it returns the exit code: 0 on success, 1 on a
+// runtime failure, 2 on a usage or configuration error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "version":
+		fmt.Fprintln(stdout, "muxd", versionString())
+		return 0
+	case "check":
+		cfg, err := loadConfig(args, stderr)
+		if err != nil {
+			return reportConfigError(err, stderr)
+		}
+		fmt.Fprintf(stdout, "configuration ok (upstream %s)\n", redactedUpstream(cfg))
+		return 0
+	case "probe":
+		return runProbe(ctx, args, stdout, stderr)
+	case "serve":
+		cfg, err := loadConfig(args, stderr)
+		if err != nil {
+			return reportConfigError(err, stderr)
+		}
+		if err := serve(ctx, cfg, stderr); err != nil {
+			fmt.Fprintln(stderr, "muxd:", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "muxd: unknown command %q (serve, check, probe, version)\n", cmd)
+	return 2
+}
+
+func reportConfigError(err error, stderr io.Writer) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "muxd:", err)
+	return 2
+}
+
+// loadConfig builds the configuration: defaults, then the config file, then
+// MUXD_UPSTREAM, then flags.
+func loadConfig(args []string, stderr io.Writer) (*Config, error) {
+	fs, fv, file := newFlagSet("muxd")
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected arguments %q", ErrConfig, fs.Args())
+	}
+	cfg := defaults()
+	if *file != "" {
+		if err := loadFile(&cfg, *file); err != nil {
+			return nil, err
+		}
+	}
+	if v := os.Getenv("MUXD_UPSTREAM"); v != "" {
+		cfg.Upstream = v
+	}
+	if err := fv.apply(&cfg); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

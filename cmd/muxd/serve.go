@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/hashicorp/go-multierror"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/muxd/muxd/mux"
+	"github.com/muxd/muxd/reconnect"
+)
+
+func redactedUpstream(cfg *Config) string { return reconnect.Redact(cfg.Upstream) }
+
+func newLogger(cfg *Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(strings.ToLower(cfg.LogLevel)))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// listeners are the sockets muxd serves: inherited from systemd socket
+// activation (names "ws" and "ipc") when present, bound otherwise.
+type listeners struct {
+	ws, ipc, metrics net.Listener
+	activated        bool
+}
+
+func openListeners(cfg *Config, log *slog.Logger) (*listeners, error) {
+	ls := &listeners{}
+	named, err := activation.ListenersWithNames()
+	if err != nil {
+		return nil, fmt.Errorf("socket activation: %w", err)
+	}
+	if l := named["ws"]; len(l) > 0 {
+		ls.ws, ls.activated = l[0], true
+	}
+	if l := named["ipc"]; len(l) > 0 {
+		ls.ipc, ls.activated = l[0], true
+	}
+	var errs *multierror.Error
+	if ls.ws == nil && cfg.Listen != "" {
+		if ls.ws, err = net.Listen("tcp", cfg.Listen); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("listen: %w", err))
+		}
+	}
+	if ls.ipc == nil && cfg.IPC != "" {
+		if ls.ipc, err = mux.ListenIPC(cfg.IPC, cfg.ipcMode()); err != nil {
+			errs = multierror.Append(errs, err)
+		} else if cfg.IPCGroup != "" {
+			if err := chgrp(cfg.IPC, cfg.IPCGroup); err != nil {
+				errs = multierror.Append(errs, err)
+			}
+		}
+	}
+	if cfg.Metrics != "" {
+		if ls.metrics, err = net.Listen("tcp", cfg.Metrics); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("metrics: %w", err))
+		}
+	}
+	if err := errs.ErrorOrNil(); err != nil {
+		ls.close()
+		return nil, err
+	}
+	if ls.activated {
+		log.Info("using listeners passed by systemd")
+	}
+	return ls, nil
+}
+
+func (ls *listeners) close() {
+	for _, l := range []net.Listener{ls.ws, ls.ipc, ls.metrics} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+func chgrp(path, group string) error {
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return fmt.Errorf("ipc_group: %w", err)
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return fmt.Errorf("ipc_group: gid %q: %w", g.Gid, err)
+	}
+	if err := os.Chown(path, -1, gid); err != nil {
+		return fmt.Errorf("ipc_group: %w", err)
+	}
+	return nil
+}
+
+// serve runs muxd until ctx is done (SIGINT/SIGTERM), then shuts down
+// gracefully: stop accepting, let in-flight requests finish within
+// shutdown_grace, close clients with 1001 and the upstream with 1000.
+func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
+	log := newLogger(cfg, logOut)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := mux.New(mux.Config{
+		Upstream:           cfg.Upstream,
+		UpstreamHeader:     cfg.header(),
+		UpstreamReadLimit:  cfg.UpstreamReadLimit,
+		PingInterval:       pingInterval(cfg.PingInterval.Duration),
+		PingTimeout:        cfg.PingTimeout.Duration,
+		RequestTimeout:     cfg.RequestTimeout.Duration,
+		RetryMethods:       cfg.RetryMethods,
+		DenyMethods:        cfg.DenyMethods,
+		MaxBatch:           cfg.MaxBatch,
+		MaxInFlight:        cfg.MaxInFlight,
+		MaxMessageBytes:    cfg.MaxMessageBytes,
+		OutboundQueueBytes: cfg.OutboundQueueBytes,
+		MaxSubscriptions:   cfg.MaxSubscriptions,
+		MaxClients:         cfg.MaxClients,
+		AllowedHosts:       cfg.AllowedHosts,
+		MaxHTTPBodyBytes:   cfg.HTTPBodyBytes,
+		AllowedOrigins:     cfg.AllowedOrigins,
+		Logger:             log,
+		Registerer:         reg,
+	})
+	if err != nil {
+		return err
+	}
+	ls, err := openListeners(cfg, log)
+	if err != nil {
+		return err
+	}
+
+	runCtx, stopRun := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srv.Run(runCtx)
+	}()
+
+	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	var metricsSrv *http.Server
+	serveErr := make(chan error, 3)
+	if ls.ws != nil {
+		go func() { serveErr <- ignoreClosed(httpSrv.Serve(ls.ws)) }()
+		log.Info("listening", "transport", "ws+http", "addr", ls.ws.Addr().String())
+	}
+	if ls.ipc != nil {
+		go func() { serveErr <- srv.ServeIPC(ls.ipc) }()
+		log.Info("listening", "transport", "ipc", "path", ls.ipc.Addr().String())
+	}
+	if ls.metrics != nil {
+		metricsSrv = &http.Server{Handler: metricsHandler(reg, srv), ReadHeaderTimeout: 10 * time.Second}
+		go func() { serveErr <- ignoreClosed(metricsSrv.Serve(ls.metrics)) }()
+		log.Info("listening", "transport", "metrics", "addr", ls.metrics.Addr().String())
+	}
+	log.Info("muxd started", "version", versionString(), "upstream", reconnect.Redact(cfg.Upstream))
+	daemon.SdNotify(false, daemon.SdNotifyReady)
+	stopWatchdog := startWatchdog(log)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "grace", cfg.ShutdownGrace.Duration)
+	case runErr = <-serveErr:
+		log.Error("listener failed, shutting down", "err", runErr)
+	}
+	daemon.SdNotify(false, daemon.SdNotifyStopping)
+	stopWatchdog()
+
+	var errs *multierror.Error
+	errs = multierror.Append(errs, runErr)
+	grace, cancelGrace := context.WithTimeout(context.Background(), cfg.ShutdownGrace.Duration)
+	defer cancelGrace()
+	var sw sync.WaitGroup
+	var mu sync.Mutex
+	collect := func(err error) {
+		mu.Lock()
+		errs = multierror.Append(errs, err)
+		mu.Unlock()
+	}
+	sw.Add(2)
+	go func() { defer sw.Done(); collect(ignoreClosed(httpSrv.Shutdown(grace))) }()
+	go func() { defer sw.Done(); collect(srv.Shutdown(grace)) }()
+	if ls.ipc != nil {
+		collect(ignoreClosed(ls.ipc.Close()))
+	}
+	sw.Wait()
+	if metricsSrv != nil {
+		collect(ignoreClosed(metricsSrv.Close()))
+	}
+	stopRun()
+	wg.Wait()
+	if cfg.IPC != "" && !ls.activated {
+		os.Remove(cfg.IPC)
+	}
+	err = errs.ErrorOrNil()
+	if err != nil {
+		log.Error("shutdown finished with errors", "err", err)
+	} else {
+		log.Info("shutdown complete")
+	}
+	return err
+}
+
+func pingInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1 // 0 in the config disables keepalive; reconnect treats <0 so
+	}
+	return d
+}
+
+func ignoreClosed(err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// metricsHandler serves /metrics, /healthz (the process is up) and /readyz
+// (the upstream is connected; 503 otherwise).
+func metricsHandler(reg *prometheus.Registry, srv *mux.Server) http.Handler {
+	m := http.NewServeMux()
+	m.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	m.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !srv.Ready() {
+			http.Error(w, "upstream not connected", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return m
+}
+
+// startWatchdog sends WATCHDOG=1 at half the interval systemd asks for
+// (WatchdogSec), and returns a function that stops it.
+func startWatchdog(log *slog.Logger) func() {
+	interval, err := daemon.SdWatchdogEnabled(false)
+	if err != nil || interval <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(interval / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+			}
+		}
+	}()
+	log.Info("systemd watchdog enabled", "interval", interval)
+	return func() { close(done) }
+}

@@ -1,0 +1,108 @@
+package mux
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// DefaultMaxHTTPBodyBytes bounds an HTTP request body, as geth's does.
+const DefaultMaxHTTPBodyBytes = 5 << 20
+
+// DefaultAllowedHosts are the Host header values accepted when
+// Config.AllowedHosts is empty: loopback names only, so that a page on a
+// rebinding DNS name cannot reach the node through muxd.
+var DefaultAllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
+
+// ServeHTTP is the handler for the --listen address: a WebSocket upgrade
+// starts a session, a POST is one JSON-RPC exchange answered like geth's
+// HTTP endpoint.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.hostAllowed(r.Host) {
+		http.Error(w, "invalid host specified", http.StatusForbidden)
+		return
+	}
+	if isUpgrade(r) {
+		s.ServeWebSocket(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		if r.Method == http.MethodGet && r.URL.Path == "/" {
+			// geth answers an empty GET with 200, which health checks use.
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		http.Error(w, "invalid content type, only application/json is supported", http.StatusUnsupportedMediaType)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxHTTPBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.metrics.limit("http_body")
+			http.Error(w, "content length too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	tr := &httpTransport{}
+	c, err := s.newClient(r.Context(), tr)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	defer s.removeClient(c)
+	if s.dispatch(c, body) == answerNone {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	select {
+	case <-c.out.wake:
+	case <-c.ctx.Done():
+		return
+	}
+	msgs := c.out.take(nil)
+	if len(msgs) == 0 {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(msgs[0])
+}
+
+// httpTransport is the transport of a one-exchange HTTP session: the
+// handler takes the answer from the queue itself, so nothing writes.
+type httpTransport struct{}
+
+func (*httpTransport) name() string                          { return "http" }
+func (*httpTransport) write(context.Context, [][]byte) error { return nil }
+func (*httpTransport) close(int, string)                     {}
+
+func isUpgrade(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// hostAllowed checks the Host header against AllowedHosts ("*" allows any).
+func (s *Server) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	for _, a := range s.cfg.AllowedHosts {
+		if a == "*" || strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
+}

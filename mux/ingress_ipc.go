@@ -1,0 +1,136 @@
+package mux
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// ipcTransport carries a session over a stream socket in geth's IPC format:
+// JSON values back to back, each answer followed by a newline. Everything
+// queued is written with one system call.
+type ipcTransport struct {
+	conn net.Conn
+	mu   sync.Mutex
+	buf  []byte
+}
+
+func (t *ipcTransport) name() string { return "ipc" }
+
+func (t *ipcTransport) write(ctx context.Context, msgs [][]byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = t.buf[:0]
+	for _, m := range msgs {
+		t.buf = append(t.buf, m...)
+		t.buf = append(t.buf, '\n')
+	}
+	_, err := t.conn.Write(t.buf)
+	if cap(t.buf) > 1<<20 {
+		t.buf = nil // do not keep a large buffer for an idle client
+	}
+	return err
+}
+
+func (t *ipcTransport) close(int, string) { t.conn.Close() }
+
+// ServeIPC accepts stream connections (a Unix socket) until ln is closed.
+func (s *Server) ServeIPC(ln net.Listener) error {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("accept ipc: %w", err)
+		}
+		go s.serveIPCConn(conn)
+	}
+}
+
+func (s *Server) serveIPCConn(conn net.Conn) {
+	c, err := s.newClient(context.Background(), &ipcTransport{conn: conn})
+	if err != nil {
+		conn.Close()
+		return
+	}
+	defer s.removeClient(c)
+	go c.writeLoop()
+	// Stop the decoder when the session ends for any other reason (slow
+	// consumer, shutdown).
+	go func() {
+		<-c.ctx.Done()
+		conn.Close()
+	}()
+	dec := json.NewDecoder(bufio.NewReaderSize(conn, 64<<10))
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			var syn *json.SyntaxError
+			if errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF) {
+				// A stream cannot resync after bad JSON: answer -32700,
+				// then close this connection once everything owed to it
+				// has been written.
+				s.reply(c, nil, router.ErrorParse)
+				c.finish(closeNormal, "parse error")
+				<-c.ctx.Done()
+			}
+			return
+		}
+		if int64(len(raw)) > s.cfg.MaxMessageBytes {
+			s.metrics.limit("message_size")
+			s.reply(c, nil, router.ErrorLimit.Because("message too large"))
+			continue
+		}
+		s.dispatch(c, raw)
+	}
+}
+
+// ListenIPC creates a Unix socket at path with the given file mode. A socket
+// file left by a crashed run is replaced; one that a live process still
+// answers on is not taken over.
+func ListenIPC(path string, mode os.FileMode) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("listen ipc %s: file exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen ipc %s: %w", path, ErrSocketInUse)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("listen ipc: remove stale socket: %w", err)
+		}
+	}
+	// Create the socket with no permissions for anyone else, then widen
+	// to mode: there is no moment when it is more open than asked.
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen ipc: %w", err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listen ipc: chmod: %w", err)
+	}
+	return ln, nil
+}
+
+// ErrSocketInUse means another live process serves the IPC path.
+var ErrSocketInUse = errors.New("socket in use by a live process")
