@@ -1,0 +1,44 @@
+# muxd developer tasks. CI runs .ci/run, which runs `make test` and `make fuzz`.
+#
+#   make test   go vet + all tests with -race; the geth --dev integration tests
+#               use .bin/geth (installed here) or $MUXD_GETH if set
+#   make geth   install the pinned geth into .bin/geth (scripts/install-geth.sh)
+#   make fuzz   short fuzz runs of every FuzzXxx target (FUZZTIME each, default 20s)
+#   make dev    geth --dev on ws://127.0.0.1:8546 + muxd on ws://127.0.0.1:8547
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+GO ?= go
+FUZZTIME ?= 20s
+GETH_BIN := $(CURDIR)/.bin/geth
+
+.PHONY: test geth fuzz dev
+
+# With MUXD_GETH set the install is skipped and that binary is used. A failed
+# install is fatal under CI=true; locally the geth tests then skip instead.
+test:
+	@if [[ -z "$${MUXD_GETH:-}" ]]; then \
+		if ! bash scripts/install-geth.sh >/dev/null; then \
+			if [[ "$${CI:-}" == true ]]; then echo "make test: geth install failed" >&2; exit 1; fi; \
+			echo "make test: geth install failed; geth integration tests will skip" >&2; \
+		fi; \
+	fi
+	@if [[ -z "$${MUXD_GETH:-}" && -x "$(GETH_BIN)" ]]; then export MUXD_GETH="$(GETH_BIN)"; fi; \
+	echo "make test: MUXD_GETH=$${MUXD_GETH:-<unset>}"; \
+	set -x; \
+	$(GO) vet ./... && $(GO) test -race -count=1 -timeout 30m ./...
+
+geth:
+	@bash scripts/install-geth.sh
+
+# ---- fuzz: short fuzz runs (also run by .ci/run) ---------------------------
+# Loops over `go test -list '^Fuzz' ./...`, one target at a time:
+#   go test -run='^$' -fuzz='^Name$' -fuzztime=$(FUZZTIME) <pkg>
+# Succeeds (saying so) while there are no fuzz targets.
+fuzz:
+	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" bash scripts/fuzz.sh
+
+dev:
+	@bash scripts/dev.sh
