@@ -49,6 +49,8 @@ func (b *Batch) Encode() []byte {
 		}
 		out = append(out, p...)
 	}
-	b.parts = nil
+	// Let the answers go, but keep the count: an answer that still comes
+	// must be ignored, not start a second array.
+	clear(b.parts)
 	return append(out, ']')
 }

@@ -176,6 +176,20 @@ func TestScanClientMethodName(t *testing.T) {
 	if !m.MethodIs(frame, "eth_chainId") || m.MethodIs(frame, "eth_chainI") {
 		t.Error("MethodIs wrong for escaped name")
 	}
+	// Escapes strconv does not know: decoded as the node decodes them.
+	for raw, want := range map[string]string{`"a\/b"`: "a/b", `"\ud83d\ude00x"`: "\U0001F600x", `"plain"`: "plain"} {
+		frame := []byte(`{"jsonrpc":"2.0","id":1,"method":` + raw + `}`)
+		f, err := ScanClient(frame, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Messages[0].MethodName(frame); got != want {
+			t.Errorf("MethodName(%s) = %q, want %q", raw, got, want)
+		}
+		if !f.Messages[0].MethodIs(frame, want) {
+			t.Errorf("MethodIs(%s, %q) = false", raw, want)
+		}
+	}
 	var none Message
 	if none.MethodName(frame) != "" || none.MethodIs(frame, "") {
 		t.Error("absent method")
@@ -568,6 +582,10 @@ func TestScanUpstream(t *testing.T) {
 		{"subscription outside params", `{"jsonrpc":"2.0","subscription":"0xbad","method":"eth_subscription","params":{"result":1}}`,
 			want{method: `"eth_subscription"`}},
 		{"empty params", `{"jsonrpc":"2.0","method":"eth_subscription","params":{}}`, want{method: `"eth_subscription"`}},
+		{"params repeated", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xold"},"params":{"result":1}}`,
+			want{method: `"eth_subscription"`}},
+		{"params repeated with subscription", `{"jsonrpc":"2.0","method":"eth_subscription","params":[],"params":{"subscription":"0xnew"}}`,
+			want{method: `"eth_subscription"`, sub: `"0xnew"`}},
 		{"whitespace", " { \"method\" : \"eth_subscription\" ,\n\"params\" : {\t\"result\" : [ ] , \"subscription\" :\r\n\"0x2\" } } ",
 			want{method: `"eth_subscription"`, sub: `"0x2"`}},
 	} {

@@ -1,0 +1,155 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// fuzzSeeds covers the cases of DESIGN.md section 1 and the scanner tables.
+func fuzzSeeds() []string {
+	seeds := []string{
+		req(`1`), req(`"1"`), req(`1.0`), req(`18446744073709551616`), req(`"a\"b"`), req(`null`), req(`-5`), req(`1e3`),
+		`{"jsonrpc":"2.0","method":"eth_subscribe","params":["newHeads"]}`,
+		`[` + req(`1`) + `,{"jsonrpc":"2.0","method":"n"},5,` + req(`"x"`) + `]`,
+		`[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","method":"b"}]`,
+		`[]`, `[1,"x"]`, `[` + req(`1`) + `,` + req(`1`) + `]`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","ID":2}`, `{"jsonrpc":"2.0","\u0069d":1,"method":"m"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","paramſ":"x"}`, `{"jsonrpc":"2.0","id":1,"method":"m","\u0000":1}`,
+		`{"jsonrpc":"2.0","id":1,"method":"eth\u005fcall","params":[{"to":"0x1"},"latest"]}`,
+		`{"jsonrpc":"2.0","id":1,"method":"a\/b"}`, `{"jsonrpc":"2.0","id":1,"method":"\ud83d\ude00"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","result":1}`, `{"jsonrpc":"2.0","id":{},"method":"m"}`,
+		`{"jsonrpc":"2.0","id":1,"result":"0x1"}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}`,
+		`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{"subscription":"0x2"}}}`,
+		`{"jsonrpc":"2.0","method":"eth_subscription","params":{"result":[1,{"a":"b"}],"subscription":"0x1"}}`,
+		`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1"},"params":[]}`,
+		`[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"error":{"code":1,"message":"m"}}]`,
+		newHeadsPush,
+		" \t\n{ \"jsonrpc\" : \"2.0\" , \"id\" : 7 , \"method\" : \"m\" , \"params\" : [ ] } \r\n",
+		nested(maxDepth), nested(maxDepth + 1), `[` + req(`1`)[:len(req(`1`))-1] + `,"params":` + nested(maxDepth-2) + `}]`,
+	}
+	seeds = append(seeds, malformed...)
+	seeds = append(seeds, syntaxCases...)
+	return seeds
+}
+
+func FuzzScanClient(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		orig := bytes.Clone(frame)
+		fr, err := ScanClient(frame, nil)
+		if !bytes.Equal(orig, frame) {
+			t.Fatal("scanner modified the frame")
+		}
+		checkSyntaxVerdict(t, frame, err)
+		if err != nil {
+			return
+		}
+		checkSpans(t, frame, fr)
+		for k := range fr.Messages {
+			m := &fr.Messages[k]
+			if m.Invalid != nil {
+				if !errors.Is(m.Invalid, ErrInvalid) {
+					t.Fatalf("%q: %v does not wrap ErrInvalid", frame, m.Invalid)
+				}
+				if m.ID.Present() && strings.IndexByte("\"-0123456789n", frame[m.ID.Off]) < 0 {
+					t.Fatalf("%q: invalid id %q echoed", frame, m.ID.In(frame))
+				}
+				continue
+			}
+			checkGethAgrees(t, frame, m)
+			if !m.HasID() {
+				continue
+			}
+			el, id := Element(frame, m)
+			out := AppendSpliced(make([]byte, 0, len(el)), el, id, []byte(`7`))
+			checkSameButID(t, el, out, `7`)
+			// The spliced request scans as the same valid request.
+			sf, err := ScanClient(out, nil)
+			if err != nil || len(sf.Messages) != 1 || sf.Messages[0].Invalid != nil || string(sf.Messages[0].ID.In(out)) != `7` {
+				t.Fatalf("spliced %q: %v %+v", out, err, sf)
+			}
+		}
+	})
+}
+
+func FuzzScanUpstream(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		orig := bytes.Clone(frame)
+		fr, err := ScanUpstream(frame, nil)
+		if !bytes.Equal(orig, frame) {
+			t.Fatal("scanner modified the frame")
+		}
+		checkSyntaxVerdict(t, frame, err)
+		if err != nil {
+			return
+		}
+		checkSpans(t, frame, fr)
+		// Without escapes, member names are what they look like, and
+		// encoding/json (exact keys, last one wins) must find the same
+		// members the scanner did.
+		if bytes.IndexByte(frame, '\\') >= 0 {
+			return
+		}
+		for k := range fr.Messages {
+			m := &fr.Messages[k]
+			el := frame[m.Start:m.End]
+			if el[0] != '{' {
+				if m.Invalid == nil {
+					t.Fatalf("%q: non-object element is valid", frame)
+				}
+				continue
+			}
+			if m.Invalid != nil {
+				t.Fatalf("%q: upstream object marked invalid: %v", frame, m.Invalid)
+			}
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(el, &obj); err != nil {
+				t.Fatalf("%q: %v", el, err)
+			}
+			for name, sp := range map[string]Span{"jsonrpc": m.Version, "id": m.ID, "method": m.Method, "params": m.Params, "result": m.Result, "error": m.Error} {
+				if !bytes.Equal(obj[name], sp.In(frame)) {
+					t.Fatalf("%q: %s is %q, scanner %q", el, name, obj[name], sp.In(frame))
+				}
+			}
+			var sub json.RawMessage
+			if p := obj["params"]; len(p) > 0 && p[0] == '{' {
+				var params map[string]json.RawMessage
+				if err := json.Unmarshal(p, &params); err != nil {
+					t.Fatal(err)
+				}
+				sub = params["subscription"]
+			}
+			if !bytes.Equal(sub, m.Subscription.In(frame)) {
+				t.Fatalf("%q: params.subscription is %q, scanner %q", el, sub, m.Subscription.In(frame))
+			}
+		}
+	})
+}
+
+// checkSyntaxVerdict checks the scanner's verdict on JSON syntax against
+// encoding/json.
+func checkSyntaxVerdict(t *testing.T, frame []byte, err error) {
+	t.Helper()
+	if err != nil && !errors.Is(err, ErrParse) && !errors.Is(err, ErrEmptyBatch) {
+		t.Fatalf("%q: unexpected error %v", frame, err)
+	}
+	valid := json.Valid(frame)
+	if err == nil || errors.Is(err, ErrEmptyBatch) {
+		if !valid {
+			t.Fatalf("%q: scanner accepts what is not JSON", frame)
+		}
+		if nesting(frame) > maxDepth {
+			t.Fatalf("%q: accepted nesting %d > %d", frame, nesting(frame), maxDepth)
+		}
+	} else if valid && nesting(frame) <= maxDepth {
+		t.Fatalf("%q: valid JSON rejected: %v", frame, err)
+	}
+}
