@@ -113,7 +113,12 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if target == "" && fs.NArg() == 1 {
 		target = fs.Arg(0)
-	} else if target == "" || fs.NArg() > 0 || *count < 1 {
+	} else if target == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	if *count < 1 {
+		fmt.Fprintln(stderr, "muxd probe: --count must be at least 1")
 		fs.Usage()
 		return 2
 	}

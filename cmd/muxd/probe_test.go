@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"golang.org/x/crypto/sha3"
+
+	"github.com/muxd/muxd/integration/gethnode"
+	"github.com/muxd/muxd/mux"
+)
+
+func runProbeCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code = run(ctx, append([]string{"probe"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// tableRows returns the MATCHED column of every row of the probe's table,
+// keyed by "mode reqid method".
+func tableRows(t *testing.T, out string) map[string]string {
+	t.Helper()
+	rows := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || (f[0] != "batch" && f[0] != "single") {
+			continue
+		}
+		if _, err := strconv.Atoi(f[1]); err != nil {
+			continue // "batch returned in request order: …"
+		}
+		rows[f[0]+" "+f[1]+" "+f[2]] = f[4]
+	}
+	if len(rows) != 2*len(probeCalls()) {
+		t.Fatalf("probe table has %d rows, want %d:\n%s", len(rows), 2*len(probeCalls()), out)
+	}
+	return rows
+}
+
+func requireAllYes(t *testing.T, code int, out, errs string) {
+	t.Helper()
+	if code != 0 {
+		t.Fatalf("probe exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	for k, v := range tableRows(t, out) {
+		if v != "yes" {
+			t.Errorf("row %s matched=%s, want yes\n%s", k, v, out)
+		}
+	}
+	if !strings.Contains(out, "responses with unknown ids: none") {
+		t.Errorf("unknown ids reported:\n%s", out)
+	}
+}
+
+func TestProbeGeth(t *testing.T) {
+	node := gethnode.Start(t)
+	t.Run("ws", func(t *testing.T) {
+		code, out, errs := runProbeCmd(t, node.WSURL)
+		requireAllYes(t, code, out, errs)
+	})
+	t.Run("http", func(t *testing.T) {
+		code, out, errs := runProbeCmd(t, node.HTTPURL)
+		requireAllYes(t, code, out, errs)
+	})
+	t.Run("json", func(t *testing.T) {
+		code, out, errs := runProbeCmd(t, "--json", node.WSURL)
+		if code != 0 {
+			t.Fatalf("probe --json exit %d\n%s\n%s", code, out, errs)
+		}
+		var rep ProbeReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("--json output does not parse: %v\n%s", err, out)
+		}
+		if len(rep.Rows) != 2*len(probeCalls()) || rep.Unmatched != 0 || len(rep.UnknownIDs) != 0 {
+			t.Fatalf("report %+v", rep)
+		}
+		for _, r := range rep.Rows {
+			if !r.Matched || r.Error != "" {
+				t.Errorf("row %+v", r)
+			}
+		}
+	})
+	t.Run("json-count", func(t *testing.T) {
+		code, out, errs := runProbeCmd(t, node.WSURL, "--json", "--count", "2")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+		}
+		var reps []ProbeReport
+		if err := json.Unmarshal([]byte(out), &reps); err != nil || len(reps) != 2 || len(reps[1].Rows) == 0 {
+			t.Fatalf("--count 2 --json: %v %+v\n%s", err, reps, out)
+		}
+	})
+	t.Run("via-muxd", func(t *testing.T) {
+		srv, err := mux.New(mux.Config{Upstream: node.WSURL, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); srv.Run(ctx) }()
+		front := httptest.NewServer(srv)
+		t.Cleanup(func() {
+			front.CloseClientConnections()
+			front.Close()
+			cancel()
+			<-done
+		})
+		for _, u := range []string{"ws" + strings.TrimPrefix(front.URL, "http"), front.URL} {
+			code, out, errs := runProbeCmd(t, u)
+			requireAllYes(t, code, out, errs)
+		}
+	})
+}
+
+// probeFake is an in-process WebSocket JSON-RPC endpoint that answers the
+// probe's methods and can be told to lie.
+type probeFake struct {
+	// swapIDs: singles are answered in pairs (101<->102, 103<->104, …)
+	// under each other's id; in a batch the ids of the first two web3_sha3
+	// answers are swapped.
+	swapIDs bool
+	// swapResults: ids are kept, but each web3_sha3 answer carries the
+	// result of another web3_sha3 request.
+	swapResults bool
+}
+
+type probeFakeReq struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params []string        `json:"params"`
+}
+
+func keccakHex(data string) string {
+	raw, _ := hex.DecodeString(strings.TrimPrefix(data, "0x"))
+	h := sha3.NewLegacyKeccak256()
+	h.Write(raw)
+	return "0x" + hex.EncodeToString(h.Sum(nil))
+}
+
+func (f *probeFake) result(r probeFakeReq) string {
+	switch r.Method {
+	case "eth_blockNumber":
+		return "0x10"
+	case "eth_chainId":
+		return "0x539"
+	case "net_version":
+		return "1337"
+	case "web3_clientVersion":
+		return "fake/v0"
+	case "eth_gasPrice":
+		return "0x3b9aca00"
+	case "web3_sha3":
+		if len(r.Params) == 1 {
+			if f.swapResults {
+				return keccakHex(r.Params[0] + "00") // someone else's hash
+			}
+			return keccakHex(r.Params[0])
+		}
+	}
+	return ""
+}
+
+func probeAnswer(id json.RawMessage, result string) map[string]any {
+	return map[string]any{"jsonrpc": "2.0", "id": id, "result": result}
+}
+
+func (f *probeFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer conn.CloseNow()
+	ctx := r.Context()
+	var held *probeFakeReq // a single waiting for its pair partner
+	for {
+		_, b, err := conn.Read(ctx)
+		if err != nil {
+			return
+		}
+		var out any
+		if bytes.HasPrefix(bytes.TrimSpace(b), []byte("[")) {
+			var reqs []probeFakeReq
+			if json.Unmarshal(b, &reqs) != nil {
+				return
+			}
+			var answers []map[string]any
+			var shaIdx []int
+			for i, q := range reqs {
+				answers = append(answers, probeAnswer(q.ID, f.result(q)))
+				if q.Method == "web3_sha3" {
+					shaIdx = append(shaIdx, i)
+				}
+			}
+			if f.swapIDs && len(shaIdx) >= 2 {
+				a, c := answers[shaIdx[0]], answers[shaIdx[1]]
+				a["id"], c["id"] = c["id"], a["id"]
+			}
+			out = answers
+		} else {
+			var q probeFakeReq
+			if json.Unmarshal(b, &q) != nil {
+				return
+			}
+			if !f.swapIDs {
+				out = probeAnswer(q.ID, f.result(q))
+			} else {
+				if held == nil {
+					held = &q
+					continue
+				}
+				// Answer both under each other's id.
+				p := held
+				held = nil
+				for _, m := range []map[string]any{probeAnswer(q.ID, f.result(*p)), probeAnswer(p.ID, f.result(q))} {
+					bb, _ := json.Marshal(m)
+					if conn.Write(ctx, websocket.MessageText, bb) != nil {
+						return
+					}
+				}
+				continue
+			}
+		}
+		bb, _ := json.Marshal(out)
+		if conn.Write(ctx, websocket.MessageText, bb) != nil {
+			return
+		}
+	}
+}
+
+func startProbeFake(t *testing.T, f *probeFake) string {
+	t.Helper()
+	srv := httptest.NewServer(f)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return "ws" + strings.TrimPrefix(srv.URL, "http")
+}
+
+func TestProbeFakeHonest(t *testing.T) {
+	code, out, errs := runProbeCmd(t, startProbeFake(t, &probeFake{}))
+	requireAllYes(t, code, out, errs)
+}
+
+func TestProbeSwappedIDs(t *testing.T) {
+	code, out, errs := runProbeCmd(t, "--timeout", "5s", startProbeFake(t, &probeFake{swapIDs: true}))
+	if code != 1 {
+		t.Fatalf("probe exit %d, want 1\n%s\n%s", code, out, errs)
+	}
+	rows := tableRows(t, out)
+	var no []string
+	for k, v := range rows {
+		if v == "no" {
+			no = append(no, k)
+		}
+	}
+	if len(no) == 0 {
+		t.Fatalf("no row shows matched=no:\n%s", out)
+	}
+	// The batch's swapped canaries are caught.
+	for _, k := range []string{"batch 6 web3_sha3", "batch 7 web3_sha3"} {
+		if rows[k] != "no" {
+			t.Errorf("row %s = %s, want no\n%s", k, rows[k], out)
+		}
+	}
+	// The singles' pairs that involve a canary are caught.
+	for _, k := range []string{"single 106 web3_sha3", "single 107 web3_sha3", "single 108 web3_sha3"} {
+		if rows[k] != "no" {
+			t.Errorf("row %s = %s, want no\n%s", k, rows[k], out)
+		}
+	}
+	if strings.Contains(out, "rows not matched: 0 ") {
+		t.Errorf("summary claims no unmatched rows:\n%s", out)
+	}
+}
+
+func TestProbeSwappedResults(t *testing.T) {
+	code, out, errs := runProbeCmd(t, "--json", startProbeFake(t, &probeFake{swapResults: true}))
+	if code != 1 {
+		t.Fatalf("probe exit %d, want 1\n%s\n%s", code, out, errs)
+	}
+	var rep ProbeReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	var canaries int
+	for _, r := range rep.Rows {
+		if r.Method == "web3_sha3" {
+			canaries++
+			if r.Matched || !strings.Contains(r.Error, "another request") {
+				t.Errorf("canary row %+v: want matched=false, error about another request", r)
+			}
+		} else if !r.Matched {
+			t.Errorf("row %+v: want matched", r)
+		}
+	}
+	if canaries != 6 || rep.Unmatched != 6 {
+		t.Errorf("canaries %d, unmatched %d; want 6 and 6", canaries, rep.Unmatched)
+	}
+}
+
+func TestProbeBadArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in stderr
+	}{
+		{[]string{"ftp://127.0.0.1:1/"}, "scheme"},
+		{[]string{"://nope"}, "bad URL"},
+		{[]string{}, "usage"},
+		{[]string{"ws://a", "ws://b"}, "usage"},
+		{[]string{"ws://a", "--count", "0"}, "usage"},
+		// BUG(probe.go runProbe): with the flags before the URL the
+		// --count < 1 check is skipped, and the probe exits 0 having
+		// probed nothing. See TestProbeCountZeroFlagsFirst.
+	} {
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			code, out, errs := runProbeCmd(t, tc.args...)
+			if code != 1 && code != 2 {
+				t.Errorf("exit %d, want 1 or 2", code)
+			}
+			if !strings.Contains(errs, tc.want) {
+				t.Errorf("stderr %q does not mention %q (stdout %q)", errs, tc.want, out)
+			}
+		})
+	}
+	// Nothing listening: a dial error, exit 1, the URL's secret redacted.
+	l := httptest.NewServer(http.NotFoundHandler())
+	u := "ws://user:secret@" + strings.TrimPrefix(l.URL, "http://") + "/key/abcdef0123456789"
+	l.Close()
+	code, _, errs := runProbeCmd(t, u)
+	if code != 1 || !strings.Contains(errs, "dial") {
+		t.Errorf("probe of a closed port: exit %d, stderr %q", code, errs)
+	}
+	if strings.Contains(errs, "secret") {
+		t.Errorf("stderr leaks the password: %q", errs)
+	}
+}
+
+// TestProbeCountZeroFlagsFirst: --count 0 before the URL is refused too
+// (it once probed nothing and exited 0).
+func TestProbeCountZeroFlagsFirst(t *testing.T) {
+	code, out, errs := runProbeCmd(t, "--count", "0", "ws://a")
+	if code != 2 || !strings.Contains(errs, "usage") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and usage", code, out, errs)
+	}
+}
