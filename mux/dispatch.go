@@ -96,23 +96,25 @@ func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *r
 			answers = append(answers, resp)
 		}
 	}
-	var complete []byte
 	for _, a := range answers {
 		if b.Add(a) {
-			complete = b.Encode()
+			// Completed by muxd's own answers: as in deliverLocked, the
+			// batch's subscriptions start receiving pushes now, and the
+			// array is queued before s.mu is released so that no push
+			// can overtake it.
+			c.send(b.Encode())
+			for _, sub := range b.Subs {
+				for _, m := range s.subs.SetReady(sub) {
+					c.send(m)
+				}
+			}
 		}
 	}
 	s.mu.Unlock()
 
 	up.send(out.frames...)
-	for _, p := range out.local {
-		s.afterLocal(p)
-	}
 	if immediate != nil {
 		c.send(immediate)
-	}
-	if complete != nil {
-		c.send(complete)
 	}
 	return expect
 }
@@ -121,18 +123,7 @@ func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *r
 // released.
 type outgoing struct {
 	frames [][]byte // to write upstream
-	local  []localAnswer
 }
-
-// localAnswer is an answer muxd gives itself that must be delivered through
-// the normal path (for instance a subscription attached to a live one).
-type localAnswer struct {
-	c    *Client
-	p    router.Pending
-	resp []byte
-}
-
-func (s *Server) afterLocal(l localAnswer) { s.deliver(l.c, l.p, l.resp, 0) }
 
 // admitLocked decides what happens to one message. It returns muxd's own
 // answer when there is one now, or nil when the message went (or will go)
@@ -243,10 +234,15 @@ func (s *Server) deliverLocked(c *Client, p router.Pending, resp []byte, code in
 		if !p.Batch.Add(resp) {
 			return
 		}
+		c.send(p.Batch.Encode())
+		// The batch's subscriptions get pushes from now on, first those
+		// that came while the rest of the batch was awaited.
 		for _, sub := range p.Batch.Subs {
-			s.subs.SetReady(sub)
+			for _, m := range s.subs.SetReady(sub) {
+				c.send(m)
+			}
 		}
-		resp = p.Batch.Encode()
+		return
 	}
 	c.send(resp)
 }

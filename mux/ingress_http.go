@@ -66,18 +66,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	select {
-	case <-c.out.wake:
-	case <-c.ctx.Done():
-		return
+	// A wake-up with nothing queued (a finish during shutdown) is not the
+	// answer: keep waiting for it.
+	for {
+		select {
+		case <-c.out.wake:
+		case <-c.ctx.Done():
+			return
+		}
+		if msgs := c.out.take(nil); len(msgs) > 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(msgs[0])
+			return
+		}
 	}
-	msgs := c.out.take(nil)
-	if len(msgs) == 0 {
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(msgs[0])
 }
 
 // httpTransport is the transport of a one-exchange HTTP session: the

@@ -63,7 +63,10 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 	limit := s.cfg.MaxMessageBytes
 	for {
-		_, r, err := conn.Reader(c.ctx)
+		// Not c.ctx: cancelling a read context makes coder/websocket drop the
+		// TCP connection at once, before the close frame (1001, 1008) that
+		// tr.close writes. tr.close ends this read instead.
+		_, r, err := conn.Reader(context.WithoutCancel(c.ctx))
 		if err != nil {
 			return
 		}

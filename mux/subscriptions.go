@@ -155,7 +155,9 @@ func (s *Server) answerSubscribeLocked(c *Client, p router.Pending, subID string
 	}
 	s.deliverLocked(c, p, resp, 0)
 	if p.Batch == nil {
-		s.subs.SetReady(subID)
+		for _, m := range s.subs.SetReady(subID) {
+			c.send(m)
+		}
 	}
 }
 
@@ -239,12 +241,20 @@ func (s *Server) routePush(u *upstreamConn, frame []byte, m *router.Message) {
 		return
 	}
 	n := 0
-	for _, mem := range sh.Members {
+	for i := range sh.Members {
+		mem := &sh.Members[i]
 		c := s.clients[mem.Client]
-		if c == nil || !mem.Ready {
+		if c == nil {
 			continue
 		}
-		c.send(router.AppendSpliced(make([]byte, 0, len(elem)-at.Len+len(mem.ID)), elem, at, []byte(mem.ID)))
+		msg := router.AppendSpliced(make([]byte, 0, len(elem)-at.Len+len(mem.ID)), elem, at, []byte(mem.ID))
+		if !mem.Ready {
+			// Its answer has not been sent yet (a batch still being
+			// answered): the push follows the answer.
+			mem.Held = append(mem.Held, msg)
+			continue
+		}
+		c.send(msg)
 		n++
 	}
 	s.metrics.Pushes.Add(float64(n))

@@ -135,32 +135,41 @@ func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message)
 		s.dropped(DropUnknownID, "upstream response matches no pending request", "gen", u.Gen, "id", uid)
 		return
 	}
-	c := s.settledLocked(p)
-	var out outgoing
-	switch p.Kind {
-	case router.KindSubscribe:
-		s.subscribedLocked(frame, m, p, &out)
+	if p.Kind != router.KindCall {
+		s.settledLocked(p)
+		var out outgoing
+		if p.Kind == router.KindSubscribe {
+			s.subscribedLocked(frame, m, p, &out)
+		}
 		up := s.up
 		s.mu.Unlock()
 		up.send(out.frames...)
-		for _, l := range out.local {
-			s.afterLocal(l)
-		}
 		return
-	case router.KindUnsubscribe:
+	}
+	c := s.clients[p.Client]
+	s.mu.Unlock()
+	// The copy is made without the lock; the request is settled and its
+	// answer queued in one hold of it, so that nothing (Shutdown, an IPC
+	// close after a parse error) sees the client idle before the answer
+	// is queued.
+	resp := router.AppendSpliced(make([]byte, 0, len(elem)-len(raw)+len(p.ID)), elem, idSpan, p.ID)
+	s.mu.Lock()
+	if c != nil && s.clients[p.Client] != c {
+		// The client left meanwhile; removeClient accounted for this
+		// request with the rest of its in-flight ones.
 		s.mu.Unlock()
 		return
 	}
-	s.mu.Unlock()
-	if c == nil {
-		return
+	s.settledLocked(p)
+	if c != nil {
+		s.deliverLocked(c, p, resp, responseCode(frame, m))
 	}
-	resp := router.AppendSpliced(make([]byte, 0, len(elem)-len(raw)+len(p.ID)), elem, idSpan, p.ID)
-	s.deliver(c, p, resp, responseCode(elem, m))
+	s.mu.Unlock()
 }
 
 // responseCode reads error.code from a response for the metrics; 0 for a
-// result.
+// result. msg is the whole frame m was scanned from: m's spans are offsets
+// into it, not into the element.
 func responseCode(msg []byte, m *router.Message) int {
 	if !m.Error.Present() {
 		return 0

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,18 +70,20 @@ type Config struct {
 // defaults returns the configuration muxd runs with when nothing is set.
 func defaults() Config {
 	return Config{
-		UpstreamReadLimit:  reconnect.DefaultReadLimit,
-		PingInterval:       Duration{15 * time.Second},
-		PingTimeout:        Duration{10 * time.Second},
-		Listen:             "127.0.0.1:8547",
-		IPCMode:            "0600",
-		RequestTimeout:     Duration{mux.DefaultRequestTimeout},
-		ShutdownGrace:      Duration{10 * time.Second},
-		LogLevel:           "info",
-		LogFormat:          "text",
-		AllowedHosts:       mux.DefaultAllowedHosts,
-		DenyMethods:        mux.DefaultDenyMethods,
-		RetryMethods:       mux.DefaultRetryMethods,
+		UpstreamReadLimit: reconnect.DefaultReadLimit,
+		PingInterval:      Duration{15 * time.Second},
+		PingTimeout:       Duration{10 * time.Second},
+		Listen:            "127.0.0.1:8547",
+		IPCMode:           "0600",
+		RequestTimeout:    Duration{mux.DefaultRequestTimeout},
+		ShutdownGrace:     Duration{10 * time.Second},
+		LogLevel:          "info",
+		LogFormat:         "text",
+		// Copies: the TOML decoder writes into a slice in place when it
+		// has room, which would change mux's defaults for everyone.
+		AllowedHosts:       slices.Clone(mux.DefaultAllowedHosts),
+		DenyMethods:        slices.Clone(mux.DefaultDenyMethods),
+		RetryMethods:       slices.Clone(mux.DefaultRetryMethods),
 		MaxClients:         mux.DefaultMaxClients,
 		MaxInFlight:        mux.DefaultMaxInFlight,
 		MaxBatch:           mux.DefaultMaxBatch,
@@ -91,24 +95,46 @@ func defaults() Config {
 }
 
 // loadFile reads a TOML file over cfg. Unknown keys are errors: a typo must
-// not silently leave a default in force.
+// not silently leave a default in force. Every bad option is reported, not
+// just the first; options that fail to decode keep their previous value.
 func loadFile(cfg *Config, file string) error {
-	md, err := toml.DecodeFile(file, cfg)
+	var raw map[string]toml.Primitive
+	md, err := toml.DecodeFile(file, &raw)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrConfig, file, err)
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	fields := map[string]reflect.Value{}
+	v := reflect.ValueOf(cfg).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
 	}
 	var errs *multierror.Error
-	for _, k := range md.Undecoded() {
-		errs = multierror.Append(errs, fmt.Errorf("%s: unknown option %q", file, k.String()))
+	for _, k := range md.Keys() {
+		if len(k) != 1 {
+			continue
+		}
+		f, ok := fields[k[0]]
+		if !ok {
+			errs = multierror.Append(errs, fmt.Errorf("%s: unknown option %q", file, k.String()))
+			continue
+		}
+		if err := md.PrimitiveDecode(raw[k[0]], f.Addr().Interface()); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("%s: %s: %w", file, k[0], err))
+		}
 	}
-	if errs != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, errs.ErrorOrNil())
-	}
-	return nil
+	return errs.ErrorOrNil()
 }
 
 // validate reports every problem at once.
 func (c *Config) validate() error {
+	if err := c.problems(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// problems lists every problem with c, nil when there is none.
+func (c *Config) problems() *multierror.Error {
 	var errs *multierror.Error
 	add := func(format string, args ...any) { errs = multierror.Append(errs, fmt.Errorf(format, args...)) }
 	if c.Upstream == "" {
@@ -185,10 +211,7 @@ func (c *Config) validate() error {
 	if c.MaxBatch > c.MaxInFlight {
 		add("max_batch (%d) is larger than max_in_flight (%d): such a batch could never be served", c.MaxBatch, c.MaxInFlight)
 	}
-	if err := errs.ErrorOrNil(); err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	return nil
+	return errs
 }
 
 // header returns the upstream headers as an http.Header.

@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/hashicorp/go-multierror"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
@@ -87,20 +89,20 @@ func loadConfig(args []string, stderr io.Writer) (*Config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: unexpected arguments %q", ErrConfig, fs.Args())
 	}
+	// Every problem is reported at once: the file's, the flags' and the
+	// resulting configuration's.
 	cfg := defaults()
+	var errs *multierror.Error
 	if *file != "" {
-		if err := loadFile(&cfg, *file); err != nil {
-			return nil, err
-		}
+		errs = multierror.Append(errs, loadFile(&cfg, *file))
 	}
 	if v := os.Getenv("MUXD_UPSTREAM"); v != "" {
 		cfg.Upstream = v
 	}
-	if err := fv.apply(&cfg); err != nil {
+	errs = multierror.Append(errs, fv.apply(&cfg))
+	errs = multierror.Append(errs, cfg.problems())
+	if err := errs.ErrorOrNil(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
 	}
 	return &cfg, nil
 }

@@ -170,6 +170,9 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 		go func() { serveErr <- ignoreClosed(metricsSrv.Serve(ls.metrics)) }()
 		log.Info("listening", "transport", "metrics", "addr", ls.metrics.Addr().String())
 	}
+	if onListening != nil {
+		onListening(addrOf(ls.ws), addrOf(ls.ipc), addrOf(ls.metrics))
+	}
 	log.Info("muxd started", "version", versionString(), "upstream", reconnect.Redact(cfg.Upstream))
 	daemon.SdNotify(false, daemon.SdNotifyReady)
 	stopWatchdog := startWatchdog(log)
@@ -217,6 +220,17 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 		log.Info("shutdown complete")
 	}
 	return err
+}
+
+// onListening, when set (by tests), is called once serve has bound its
+// listeners, with their addresses (nil for one not in use).
+var onListening func(ws, ipc, metrics net.Addr)
+
+func addrOf(l net.Listener) net.Addr {
+	if l == nil {
+		return nil
+	}
+	return l.Addr()
 }
 
 func pingInterval(d time.Duration) time.Duration {

@@ -1,0 +1,681 @@
+package mux_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/ethereum/go-ethereum/rpc"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/muxd/muxd/mux"
+)
+
+// ingUpstream is a minimal fake node. Every request is answered with
+// {"m":method,"p":params}, so an answer routed to the wrong request shows.
+// Method "slow" is answered after 200 ms; eth_subscribe is answered with
+// subscription "0xfeed" followed by two pushes.
+type ingUpstream struct {
+	srv    *httptest.Server
+	refuse atomic.Bool
+
+	mu      sync.Mutex
+	methods []string
+	conns   map[*websocket.Conn]bool
+}
+
+const ingSubID = `"0xfeed"`
+
+func ingNewUpstream(t *testing.T) *ingUpstream {
+	t.Helper()
+	u := &ingUpstream{conns: map[*websocket.Conn]bool{}}
+	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *ingUpstream) url() string { return "ws" + strings.TrimPrefix(u.srv.URL, "http") }
+
+func (u *ingUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	if u.refuse.Load() {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	u.mu.Lock()
+	u.conns[c] = true
+	u.mu.Unlock()
+	defer func() {
+		u.mu.Lock()
+		delete(u.conns, c)
+		u.mu.Unlock()
+		c.CloseNow()
+	}()
+	ctx := r.Context()
+	for {
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		}
+		if json.Unmarshal(msg, &req) != nil {
+			continue
+		}
+		u.mu.Lock()
+		u.methods = append(u.methods, req.Method)
+		u.mu.Unlock()
+		if req.ID == nil {
+			continue
+		}
+		if req.Params == nil {
+			req.Params = json.RawMessage("null")
+		}
+		resp := []byte(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":{"m":"` + req.Method + `","p":` + string(req.Params) + `}}`)
+		switch req.Method {
+		case "slow":
+			go func() {
+				t := time.NewTimer(200 * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					c.Write(context.Background(), websocket.MessageText, resp)
+				case <-ctx.Done():
+				}
+			}()
+			continue
+		case "eth_subscribe":
+			c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":`+string(req.ID)+`,"result":`+ingSubID+`}`))
+			for i := 1; i <= 2; i++ {
+				c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":`+ingSubID+`,"result":{"number":"0x`+string(rune('0'+i))+`"}}}`))
+			}
+			continue
+		case "eth_unsubscribe":
+			resp = []byte(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":true}`)
+		}
+		c.Write(ctx, websocket.MessageText, resp)
+	}
+}
+
+// seen reports whether the node has received method.
+func (u *ingUpstream) seen(method string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, m := range u.methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// drop cuts every connection.
+func (u *ingUpstream) drop() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for c := range u.conns {
+		c.CloseNow()
+	}
+}
+
+// ingServer starts a Server on up (Run in the background) and waits until
+// it is connected.
+func ingServer(t *testing.T, up *ingUpstream, reg prometheus.Registerer, mod func(*mux.Config)) *mux.Server {
+	t.Helper()
+	cfg := mux.Config{
+		Upstream:   up.url(),
+		Logger:     slog.New(slog.DiscardHandler),
+		Registerer: reg,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := mux.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	if !up.refuse.Load() {
+		ingWaitConnected(t, srv, true)
+	}
+	return srv
+}
+
+func ingWaitConnected(t *testing.T, srv *mux.Server, want bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		up, changed := srv.Connected()
+		if up == want {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("upstream connected never became %v", want)
+		}
+	}
+}
+
+// ingHTTP serves srv over HTTP and returns its base URL.
+func ingHTTP(t *testing.T, srv *mux.Server) string {
+	t.Helper()
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+func ingCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type ingResult struct {
+	M string          `json:"m"`
+	P json.RawMessage `json:"p"`
+}
+
+func ingCheckResult(t *testing.T, got ingResult, method, params string) {
+	t.Helper()
+	if got.M != method || string(got.P) != params {
+		t.Errorf("result {m:%s p:%s}, want {m:%s p:%s}", got.M, got.P, method, params)
+	}
+}
+
+// ingCheckCalls makes a single call and a batch through an rpc client.
+func ingCheckCalls(t *testing.T, c *rpc.Client) {
+	t.Helper()
+	ctx := ingCtx(t)
+	var r ingResult
+	if err := c.CallContext(ctx, &r, "eth_getBalance", "0xabc", "latest"); err != nil {
+		t.Fatal(err)
+	}
+	ingCheckResult(t, r, "eth_getBalance", `["0xabc","latest"]`)
+
+	res := make([]ingResult, 4)
+	batch := make([]rpc.BatchElem, len(res))
+	for i := range batch {
+		batch[i] = rpc.BatchElem{Method: "eth_blockNumber", Args: []any{i}, Result: &res[i]}
+	}
+	batch[2].Method = "net_version"
+	if err := c.BatchCallContext(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range batch {
+		if b.Error != nil {
+			t.Fatalf("batch element %d: %v", i, b.Error)
+		}
+		ingCheckResult(t, res[i], b.Method, "["+string(rune('0'+i))+"]")
+	}
+}
+
+func TestIngressHTTPClient(t *testing.T) {
+	up := ingNewUpstream(t)
+	srv := ingServer(t, up, nil, nil)
+	c, err := rpc.DialHTTP(ingHTTP(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ingCheckCalls(t, c)
+
+	// Denied methods are refused by muxd and never reach the node.
+	err = c.CallContext(ingCtx(t), new(json.RawMessage), "admin_peers")
+	var rerr rpc.Error
+	if !errors.As(err, &rerr) || rerr.ErrorCode() != -32601 || rerr.Error() != "method not allowed" {
+		t.Fatalf("admin_peers: %v, want -32601 method not allowed", err)
+	}
+	var r ingResult
+	if err := c.CallContext(ingCtx(t), &r, "eth_chainId"); err != nil {
+		t.Fatal(err)
+	}
+	if up.seen("admin_peers") {
+		t.Fatal("denied method reached the upstream")
+	}
+	if !up.seen("eth_chainId") {
+		t.Fatal("eth_chainId never reached the upstream")
+	}
+
+	// Subscriptions need a connection that can carry notifications.
+	err = c.CallContext(ingCtx(t), new(json.RawMessage), "eth_subscribe", "newHeads")
+	if !errors.As(err, &rerr) || rerr.ErrorCode() != -32601 || rerr.Error() != "notifications not supported" {
+		t.Fatalf("eth_subscribe over HTTP: %v, want -32601 notifications not supported", err)
+	}
+}
+
+func TestIngressHTTPErrors(t *testing.T) {
+	up := ingNewUpstream(t)
+	srv := ingServer(t, up, nil, func(c *mux.Config) { c.MaxHTTPBodyBytes = 1024 })
+	base := ingHTTP(t, srv)
+	port := base[strings.LastIndex(base, ":")+1:]
+	tests := []struct {
+		name        string
+		method      string
+		path        string
+		host        string
+		contentType string
+		body        string
+		status      int
+		wantBody    string // substring; "" with status 200 means an empty body
+	}{
+		{"GET other path", "GET", "/x", "", "", "", http.StatusMethodNotAllowed, "method not allowed"},
+		{"GET root health check", "GET", "/", "", "", "", http.StatusOK, ""},
+		{"PUT", "PUT", "/", "", "application/json", "{}", http.StatusMethodNotAllowed, ""},
+		{"wrong content type", "POST", "/", "", "text/plain", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusUnsupportedMediaType, "content type"},
+		{"json with charset", "POST", "/", "", "application/json; charset=utf-8", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"m":"eth_chainId"`},
+		{"body too large", "POST", "/", "", "application/json", `{"jsonrpc":"2.0","id":1,"method":"x","params":["` + strings.Repeat("a", 2048) + `"]}`, http.StatusRequestEntityTooLarge, ""},
+		{"notification", "POST", "/", "", "application/json", `{"jsonrpc":"2.0","method":"eth_chainId"}`, http.StatusOK, ""},
+		{"batch of notifications", "POST", "/", "", "application/json", `[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","method":"b"}]`, http.StatusOK, ""},
+		{"malformed", "POST", "/", "", "application/json", `{"jsonrpc":`, http.StatusOK, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700`},
+		{"empty batch", "POST", "/", "", "application/json", `[]`, http.StatusOK, `"code":-32600`},
+		{"foreign host", "POST", "/", "evil.example", "application/json", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusForbidden, "invalid host"},
+		{"foreign host with port", "POST", "/", "evil.example:" + port, "application/json", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusForbidden, ""},
+		{"localhost with port", "POST", "/", "localhost:" + port, "application/json", `{"jsonrpc":"2.0","id":"h","method":"eth_chainId"}`, http.StatusOK, `"id":"h","result":{"m":"eth_chainId"`},
+		{"ipv6 loopback", "POST", "/", "[::1]:" + port, "application/json", `{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}`, http.StatusOK, `"id":2,`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ingCtx(t), tt.method, base+tt.path, strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.contentType != "" {
+				req.Header.Set("Content-Type", tt.contentType)
+			}
+			if tt.host != "" {
+				req.Host = tt.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d (body %q)", resp.StatusCode, tt.status, body)
+			}
+			if tt.wantBody == "" && tt.status == http.StatusOK && len(body) != 0 {
+				t.Fatalf("body %q, want none", body)
+			}
+			if !strings.Contains(string(body), tt.wantBody) {
+				t.Fatalf("body %q lacks %q", body, tt.wantBody)
+			}
+		})
+	}
+	if up.seen("a") != true || up.seen("x") {
+		t.Error("notifications should be forwarded, oversized bodies not")
+	}
+}
+
+func TestIngressWebSocketOrigin(t *testing.T) {
+	up := ingNewUpstream(t)
+	tests := []struct {
+		name    string
+		allowed []string
+		origin  string
+		ok      bool
+	}{
+		{"no origin", nil, "", true},
+		{"foreign origin refused", nil, "https://evil.example", false},
+		{"foreign origin allowed", []string{"evil.example"}, "https://evil.example", true},
+		{"other origin still refused", []string{"good.example"}, "https://evil.example", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := ingServer(t, up, nil, func(c *mux.Config) { c.AllowedOrigins = tt.allowed })
+			u := "ws" + strings.TrimPrefix(ingHTTP(t, srv), "http")
+			h := http.Header{}
+			if tt.origin != "" {
+				h.Set("Origin", tt.origin)
+			}
+			c, resp, err := websocket.Dial(ingCtx(t), u, &websocket.DialOptions{HTTPHeader: h})
+			if !tt.ok {
+				if err == nil {
+					c.CloseNow()
+					t.Fatal("foreign origin was accepted")
+				}
+				if resp == nil || resp.StatusCode != http.StatusForbidden {
+					t.Fatalf("refusal: %v, want 403", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.CloseNow()
+			ctx := ingCtx(t)
+			if err := c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`)); err != nil {
+				t.Fatal(err)
+			}
+			_, msg, err := c.Read(ctx)
+			if err != nil || !strings.Contains(string(msg), `"m":"eth_chainId"`) {
+				t.Fatalf("answer %s, %v", msg, err)
+			}
+		})
+	}
+}
+
+// ingIPCPath is a short socket path (sun_path is limited to 108 bytes).
+func ingIPCPath(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "ingipc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "muxd.ipc")
+}
+
+func ingServeIPC(t *testing.T, srv *mux.Server, path string) {
+	t.Helper()
+	ln, err := mux.ListenIPC(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeIPC(ln) }()
+	t.Cleanup(func() {
+		ln.Close()
+		if err := <-done; err != nil {
+			t.Errorf("ServeIPC: %v", err)
+		}
+	})
+}
+
+func TestIngressIPCClient(t *testing.T) {
+	up := ingNewUpstream(t)
+	srv := ingServer(t, up, nil, nil)
+	path := ingIPCPath(t)
+	ingServeIPC(t, srv, path)
+
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v, want socket 0600", fi.Mode())
+	}
+
+	c, err := rpc.DialIPC(ingCtx(t), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ingCheckCalls(t, c)
+
+	ch := make(chan json.RawMessage, 4)
+	sub, err := c.EthSubscribe(ingCtx(t), ch, "newHeads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		select {
+		case h := <-ch:
+			if want := `{"number":"0x` + string(rune('0'+i)) + `"}`; string(h) != want {
+				t.Fatalf("push %d: %s, want %s", i, h, want)
+			}
+		case err := <-sub.Err():
+			t.Fatal(err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("push %d never came", i)
+		}
+	}
+	sub.Unsubscribe()
+}
+
+func TestIngressIPCListen(t *testing.T) {
+	t.Run("stale socket replaced", func(t *testing.T) {
+		path := ingIPCPath(t)
+		old, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.(*net.UnixListener).SetUnlinkOnClose(false)
+		old.Close()
+		if _, err := os.Lstat(path); err != nil {
+			t.Fatalf("stale socket file not left behind: %v", err)
+		}
+		ln, err := mux.ListenIPC(path, 0o600)
+		if err != nil {
+			t.Fatalf("stale socket not replaced: %v", err)
+		}
+		ln.Close()
+	})
+	t.Run("live socket kept", func(t *testing.T) {
+		path := ingIPCPath(t)
+		live, err := mux.ListenIPC(path, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { live.Close() })
+		if ln, err := mux.ListenIPC(path, 0o600); !errors.Is(err, mux.ErrSocketInUse) {
+			if ln != nil {
+				ln.Close()
+			}
+			t.Fatalf("second listener on a live socket: %v, want ErrSocketInUse", err)
+		}
+		if _, err := os.Lstat(path); err != nil {
+			t.Fatalf("live socket file removed: %v", err)
+		}
+	})
+	t.Run("regular file kept", func(t *testing.T) {
+		path := ingIPCPath(t)
+		if err := os.WriteFile(path, []byte("data"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if ln, err := mux.ListenIPC(path, 0o600); err == nil {
+			ln.Close()
+			t.Fatal("a regular file was replaced by a socket")
+		}
+	})
+	t.Run("mode", func(t *testing.T) {
+		path := ingIPCPath(t)
+		ln, err := mux.ListenIPC(path, 0o660)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o660 {
+			t.Fatalf("mode %v, %v; want 0660", fi.Mode(), err)
+		}
+	})
+}
+
+// TestIngressIPCMalformed: bad JSON on a stream cannot be skipped, so the
+// connection is answered -32700 and closed, but only after the answer to a
+// request sent before it.
+func TestIngressIPCMalformed(t *testing.T) {
+	up := ingNewUpstream(t)
+	srv := ingServer(t, up, nil, nil)
+	path := ingIPCPath(t)
+	ingServeIPC(t, srv, path)
+
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, `{"jsonrpc":"2.0","id":1,"method":"slow"}`+"\n"+`{bad`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(conn)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("connection not closed after the answers: %v (got %q)", err, lines)
+	}
+	want := []string{
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"m":"slow","p":null}}`,
+	}
+	if len(lines) != 2 || lines[0] != want[0] || lines[1] != want[1] {
+		t.Fatalf("got %q, want %q", lines, want)
+	}
+}
+
+// ingMetric returns the value of the series name{labels} in reg.
+func ingMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			return ingValue(m)
+		}
+	}
+	return 0
+}
+
+func ingValue(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return 0
+}
+
+func TestIngressMetrics(t *testing.T) {
+	up := ingNewUpstream(t)
+	reg := prometheus.NewRegistry()
+	srv := ingServer(t, up, reg, nil)
+	base := ingHTTP(t, srv)
+	c, err := rpc.DialHTTP(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	const n = 5
+	for i := 0; i < n; i++ {
+		if err := c.CallContext(ingCtx(t), new(ingResult), "eth_blockNumber"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.CallContext(ingCtx(t), new(json.RawMessage), "admin_peers"); err == nil {
+		t.Fatal("admin_peers was not refused")
+	}
+	resp, err := http.Post(base, "application/json", strings.NewReader("{"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"muxd_requests_total", map[string]string{"method": "eth_blockNumber"}, n},
+		{"muxd_requests_total", map[string]string{"method": "other"}, 0},
+		{"muxd_responses_total", map[string]string{"code": "ok"}, n},
+		{"muxd_responses_total", map[string]string{"code": "-32601"}, 1},
+		{"muxd_responses_total", map[string]string{"code": "-32700"}, 1},
+		{"muxd_request_duration_seconds", nil, n},
+		{"muxd_requests_in_flight", nil, 0},
+		{"muxd_upstream_connected", nil, 1},
+		{"muxd_clients", map[string]string{"transport": "http"}, 0},
+		{"muxd_upstream_frames_sent_total", nil, n},
+		{"muxd_dropped_total", map[string]string{"reason": "unknown_id"}, 0},
+	}
+	for _, tt := range tests {
+		if got := ingMetric(t, reg, tt.name, tt.labels); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+	if got := srv.Metrics().DroppedCount(mux.DropUnknownID); got != 0 {
+		t.Errorf("DroppedCount(unknown_id) = %v", got)
+	}
+}
+
+func TestIngressReadiness(t *testing.T) {
+	up := ingNewUpstream(t)
+	up.refuse.Store(true)
+	reg := prometheus.NewRegistry()
+	srv := ingServer(t, up, reg, nil)
+	if srv.Ready() {
+		t.Fatal("ready before the upstream was ever up")
+	}
+	up.refuse.Store(false)
+	ingWaitConnected(t, srv, true)
+	if !srv.Ready() || ingMetric(t, reg, "muxd_upstream_connected", nil) != 1 {
+		t.Fatal("not ready with the upstream up")
+	}
+
+	up.refuse.Store(true)
+	up.drop()
+	ingWaitConnected(t, srv, false)
+	if srv.Ready() || ingMetric(t, reg, "muxd_upstream_connected", nil) != 0 {
+		t.Fatal("still ready after the upstream dropped")
+	}
+
+	up.refuse.Store(false)
+	ingWaitConnected(t, srv, true)
+	if !srv.Ready() {
+		t.Fatal("not ready after the upstream came back")
+	}
+	if got := ingMetric(t, reg, "muxd_upstream_reconnects_total", nil); got < 1 {
+		t.Errorf("muxd_upstream_reconnects_total = %v, want >= 1", got)
+	}
+	c, err := rpc.DialHTTP(ingHTTP(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var r ingResult
+	if err := c.CallContext(ingCtx(t), &r, "eth_chainId"); err != nil {
+		t.Fatal(err)
+	}
+	ingCheckResult(t, r, "eth_chainId", "null")
+}
