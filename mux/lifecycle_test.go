@@ -357,7 +357,7 @@ func TestUpstreamDown(t *testing.T) {
 func shrinkingDial(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	if err == nil {
-		_ = c.(*net.TCPConn).SetReadBuffer(8 << 10)
+		_ = c.(*net.TCPConn).SetReadBuffer(1) // the kernel rounds it up to its minimum
 	}
 	return c, err
 }
@@ -366,7 +366,7 @@ func shrinkingDial(ctx context.Context, network, addr string) (net.Conn, error) 
 // on both ends so that its outbound queue fills after little data.
 func (h *harness) dialSlow(t *testing.T) *websocket.Conn {
 	t.Helper()
-	shrink := func(c net.Conn) { _ = c.(*net.TCPConn).SetWriteBuffer(8 << 10) }
+	shrink := func(c net.Conn) { _ = c.(*net.TCPConn).SetWriteBuffer(1) }
 	h.onAccept.Store(&shrink)
 	c, err := dialRaw(h.URL, shrinkingDial)
 	h.onAccept.Store(nil)

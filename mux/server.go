@@ -196,8 +196,12 @@ func (s *Server) removeClient(c *Client) {
 func (s *Server) failAll(e router.RPCError) {
 	var done []router.Pending
 	s.mu.Lock()
-	s.reqs.Discard(func(_ uint64, p router.Pending) { done = append(done, p) })
+	s.reqs.Discard(func(_ uint64, p router.Pending) {
+		s.settledLocked(p)
+		done = append(done, p)
+	})
 	for _, w := range s.waiting {
+		s.settledLocked(w.p)
 		done = append(done, w.p)
 	}
 	s.waiting = nil

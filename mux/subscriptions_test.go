@@ -391,11 +391,11 @@ func subscribeAndPush(fc *fakeConn, r fakeReq, n int) {
 // clients; every push reaches each of them, and one client that does not
 // read is cut without holding up the rest.
 func TestSubscriptionFanout(t *testing.T) {
-	const clients, pushes = 1000, 12
-	payload := `"` + strings.Repeat("f", 16<<10) + `"`
+	const clients, pushes = 1000, 8
+	payload := `"` + strings.Repeat("f", 8<<10) + `"`
 	h := newHarness(t, harnessOpts{cfg: func(c *Config) {
 		c.Logger = discardLogger()
-		c.OutboundQueueBytes = 48 << 10
+		c.OutboundQueueBytes = 24 << 10
 	}})
 	m := h.srv.Metrics()
 

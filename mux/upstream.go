@@ -58,13 +58,15 @@ func (s *Server) serveUpstream(ctx context.Context, rc *reconnect.Conn) error {
 		s.metrics.UpstreamReconnects.Inc()
 	}
 	s.setUp(u)
+	// Subscriptions first: a burst of waiting requests must not keep the
+	// node from hearing the resubscribes before the next drop.
+	s.resubscribeLocked(&out)
 	waiting := s.waiting
 	s.waiting = nil
 	for _, w := range waiting {
 		s.reqs.Add(w.id, w.p)
 		out.frames = append(out.frames, w.p.Frame)
 	}
-	s.resubscribeLocked(&out)
 	s.mu.Unlock()
 	s.log.Info("upstream connected", "gen", rc.Gen, "sent_waiting", len(waiting))
 	u.send(out.frames...)

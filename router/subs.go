@@ -30,6 +30,11 @@ type Member struct {
 	// Ready is set once the client has been sent its subscription id;
 	// pushes go only to ready members, so none can overtake the answer.
 	Ready bool
+	// Held are pushes (already rewritten to ID) that came while the
+	// member was not ready, as when its eth_subscribe was answered but
+	// the rest of its batch is still awaited. SetReady hands them over,
+	// to be sent right after the answer, as geth does.
+	Held [][]byte
 }
 
 // Waiter is a client eth_subscribe waiting for the upstream's answer.
@@ -85,18 +90,21 @@ func (t *Subscriptions) Attach(key string, params []byte, c ClientID, subID stri
 	return sh
 }
 
-// SetReady marks subscription subID as answered, so pushes reach it.
-func (t *Subscriptions) SetReady(subID string) {
+// SetReady marks subscription subID as answered, so pushes reach it, and
+// returns the pushes held for it until now, to be sent after the answer.
+func (t *Subscriptions) SetReady(subID string) (held [][]byte) {
 	sh := t.byClient[subID]
 	if sh == nil {
-		return
+		return nil
 	}
 	for i := range sh.Members {
-		if sh.Members[i].ID == subID {
-			sh.Members[i].Ready = true
-			return
+		if m := &sh.Members[i]; m.ID == subID {
+			m.Ready = true
+			held, m.Held = m.Held, nil
+			return held
 		}
 	}
+	return nil
 }
 
 // Key returns the shared entry of key, or nil.

@@ -1,0 +1,956 @@
+// Package chaos runs muxd against an upstream that reorders, delays,
+// duplicates, invents answers and cuts its socket all the time, with a few
+// hundred raw WebSocket clients checking every message they get.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http/httptest"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/muxd/muxd/mux"
+)
+
+const (
+	numClients     = 200
+	trafficFor     = 12 * time.Second
+	requestTimeout = 3 * time.Second
+	// slack over the request timeout: the sweeper runs every
+	// timeout/20, plus scheduling under -race on a small box.
+	slack       = 1500 * time.Millisecond
+	maxInFlight = 6 // units (single request or batch) outstanding per client
+)
+
+var retryMethods = []string{"eth_call", "eth_getBalance", "eth_blockNumber", "eth_chainId", "eth_getLogs", "eth_getCode"}
+
+// logsVariants are the eth_subscribe params clients choose from. A few
+// variants shared by many clients exercise the shared upstream
+// subscriptions; a push carrying the wrong variant's params is crosstalk.
+var subVariants = func() []string {
+	v := []string{`["newHeads"]`}
+	for i := range 6 {
+		v = append(v, fmt.Sprintf(`["logs",{"address":"0x%040x","topics":[["0x%064x"]]}]`, i+1, i*7+3))
+	}
+	return v
+}()
+
+func TestChaos(t *testing.T) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	baseHeap := ms.HeapInuse
+	baseG := runtime.NumGoroutine()
+
+	up := newChaosUpstream()
+	var upOnce sync.Once
+	closeUp := func() { upOnce.Do(up.Close) }
+	t.Cleanup(closeUp)
+
+	srv, err := mux.New(mux.Config{
+		Upstream:       up.URL,
+		RequestTimeout: requestTimeout,
+		PingInterval:   -1,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- srv.Run(runCtx) }()
+	var runOnce sync.Once
+	stopServer := func() {
+		runOnce.Do(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := srv.Shutdown(sctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			stopRun()
+			select {
+			case <-runDone:
+			case <-time.After(10 * time.Second):
+				t.Errorf("Run did not return within 10s of its context being cancelled")
+			}
+		})
+	}
+	t.Cleanup(stopServer)
+	front := httptest.NewServer(srv)
+	var frontOnce sync.Once
+	closeFront := func() { frontOnce.Do(front.Close) }
+	t.Cleanup(closeFront)
+	wsURL := "ws" + strings.TrimPrefix(front.URL, "http")
+
+	start := time.Now()
+	end := start.Add(trafficFor)
+	clients := make([]*client, numClients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := newClient(t, i)
+		clients[i] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.run(wsURL, end)
+		}()
+	}
+	wg.Wait()
+	t.Logf("clients done after %v", time.Since(start).Round(time.Millisecond))
+
+	var tot clientStats
+	for _, c := range clients {
+		tot.add(c.stats)
+	}
+	t.Logf("client traffic: %+v", tot)
+	if tot.Results == 0 || tot.BatchesAnswered == 0 {
+		t.Errorf("traffic too thin to prove anything: %+v", tot)
+	}
+	if tot.Pushes == 0 || tot.SubsLive == 0 || tot.Unsubs == 0 {
+		// Not a failure: when reconnects flap, muxd's resubscribes queue
+		// behind the retried requests and may never reach the node.
+		t.Logf("WARNING: subscription path barely exercised this run: %+v", tot)
+	}
+	for _, f := range up.Failures() {
+		t.Error(f)
+	}
+
+	m := srv.Metrics()
+	drops := map[string]float64{}
+	for r := mux.DropUnknownID; r <= mux.DropNoUpstream; r++ {
+		drops[r.String()] = m.DroppedCount(r)
+	}
+	t.Logf("muxd: reconnects=%v retried=%v pushes=%v dropped=%v slow_consumers=%v", value(m.UpstreamReconnects), value(m.Retried), value(m.Pushes), drops, value(m.SlowConsumers))
+	t.Logf("upstream: conns=%d requests=%d notifications=%d subscribes=%d/%d unsubscribes=%d pushes=%d dup_answers=%d unknown_ids=%d null_ids=%d",
+		up.conns.Load(), up.requests.Load(), up.notifs.Load(), up.subscribes.Load(), up.subRecv.Load(), up.unsubs.Load(), up.pushes.Load(), up.dups.Load(), up.unknownIDs.Load(), up.nullIDs.Load())
+	if up.conns.Load() < 3 {
+		t.Errorf("only %d upstream connections: the chaos did not happen", up.conns.Load())
+	}
+	if v := value(m.SlowConsumers); v != 0 {
+		t.Errorf("%v clients cut as slow consumers", v)
+	}
+	// Sessions end asynchronously after the clients close, and muxd's own
+	// eth_unsubscribe/eth_subscribe may still be in flight: both gauges must
+	// reach zero within a request timeout (plus slack).
+	settle := time.NewTicker(10 * time.Millisecond)
+	defer settle.Stop()
+	for until := time.Now().Add(requestTimeout + slack); time.Now().Before(until); <-settle.C {
+		if value(m.InFlight) == 0 && value(m.ClientSubs) == 0 && value(m.Clients.WithLabelValues("ws")) == 0 {
+			break
+		}
+	}
+	if v := value(m.InFlight); v != 0 {
+		t.Errorf("muxd_requests_in_flight = %v after every client left", v)
+	}
+	if v := value(m.ClientSubs); v != 0 {
+		t.Errorf("muxd_client_subscriptions = %v after every client left", v)
+	}
+	if v := value(m.Clients.WithLabelValues("ws")); v != 0 {
+		t.Errorf("muxd_clients{ws} = %v after every client left", v)
+	}
+
+	stopServer()
+	closeFront()
+	closeUp()
+
+	// Everything muxd, the upstream and the clients started must be gone.
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for runtime.NumGoroutine() > baseG+2 && time.Now().Before(deadline) {
+		<-tick.C
+	}
+	if n := runtime.NumGoroutine(); n > baseG+2 {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("goroutines: %d at start, %d after shutdown\n%s", baseG, n, buf)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	if limit := 4*baseHeap + 48<<20; ms.HeapInuse > limit {
+		t.Errorf("HeapInuse %d MiB after shutdown and GC, baseline %d MiB", ms.HeapInuse>>20, baseHeap>>20)
+	}
+	t.Logf("goroutines %d -> %d, HeapInuse %d KiB -> %d KiB, total %v", baseG, runtime.NumGoroutine(), baseHeap>>10, ms.HeapInuse>>10, time.Since(start).Round(time.Millisecond))
+}
+
+func value(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	if m.Gauge != nil {
+		return m.Gauge.GetValue()
+	}
+	return -1
+}
+
+// ---- client side --------------------------------------------------------
+
+type kind uint8
+
+const (
+	kindCall kind = iota
+	kindSub
+	kindUnsub
+)
+
+type req struct {
+	id       []byte
+	tag      string // calls: the tag inside params
+	method   string
+	params   []byte
+	kind     kind
+	sent     time.Time
+	batch    *batch
+	resolved bool
+	subID    string // kindUnsub: the client subscription id
+	subParam string // kindSub: the params subscribed with
+	first    []byte // the first answer, for the report of a second one
+	firstAt  time.Time
+}
+
+type group struct {
+	reqs          []*req
+	results, errs int
+}
+
+type batch struct {
+	n        int
+	elems    []*req // id-bearing elements
+	sent     time.Time
+	resolved bool
+	idSet    string // sorted ids, to identify an all-error answer
+}
+
+type liveSub struct {
+	params      string
+	conn, n     int64
+	unsubscribe bool // eth_unsubscribe sent, answer not yet seen
+}
+
+type clientStats struct {
+	Sent, Results, Errors, Timeouts, Unavailable, Limits int
+	BatchesSent, BatchesAnswered, Notifications          int
+	SubsSent, SubsLive, Unsubs, Pushes                   int
+}
+
+func (s *clientStats) add(o clientStats) {
+	s.Sent += o.Sent
+	s.Results += o.Results
+	s.Errors += o.Errors
+	s.Timeouts += o.Timeouts
+	s.Unavailable += o.Unavailable
+	s.Limits += o.Limits
+	s.BatchesSent += o.BatchesSent
+	s.BatchesAnswered += o.BatchesAnswered
+	s.Notifications += o.Notifications
+	s.SubsSent += o.SubsSent
+	s.SubsLive += o.SubsLive
+	s.Unsubs += o.Unsubs
+	s.Pushes += o.Pushes
+}
+
+var failures atomic.Int64
+
+type client struct {
+	t   *testing.T
+	n   int
+	rng *rand.Rand
+
+	mu          sync.Mutex
+	wake        chan struct{}
+	outstanding int
+	seq         int
+	usedIDs     [][]byte
+	tags        map[string]*req
+	notifTags   map[string]bool
+	groups      map[string]*group
+	subReqs     map[string]*req
+	batches     []*batch
+	live        map[string]*liveSub
+	dead        map[string]bool
+	stats       clientStats
+	recent      [][]byte
+}
+
+func newClient(t *testing.T, n int) *client {
+	return &client{
+		t: t, n: n,
+		rng:       rand.New(rand.NewPCG(uint64(n), uint64(time.Now().UnixNano()))),
+		wake:      make(chan struct{}, 1),
+		tags:      map[string]*req{},
+		notifTags: map[string]bool{},
+		groups:    map[string]*group{},
+		subReqs:   map[string]*req{},
+		live:      map[string]*liveSub{},
+		dead:      map[string]bool{},
+	}
+}
+
+func (c *client) fail(format string, args ...any) {
+	if failures.Add(1) > 40 {
+		return
+	}
+	c.t.Errorf("client %d: "+format, append([]any{c.n}, args...)...)
+}
+
+func (c *client) run(url string, end time.Time) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, _, err := websocket.Dial(dctx, url, nil)
+	dcancel()
+	if err != nil {
+		c.fail("dial: %v", err)
+		return
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(16 << 20)
+
+	var closing atomic.Bool
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		for {
+			_, msg, err := conn.Read(ctx)
+			if err != nil {
+				if ctx.Err() == nil && !closing.Load() {
+					c.fail("read: %v (muxd must never cut a client here)", err)
+				}
+				return
+			}
+			c.onMessage(msg)
+		}
+	}()
+
+	check := time.NewTicker(250 * time.Millisecond)
+	defer check.Stop()
+	pace := time.NewTimer(0)
+	defer pace.Stop()
+	var lastSent time.Time
+	for time.Now().Before(end) {
+		// Pace first, then wait for room (an answer) if the window is full.
+		if !waitFor(pace.C, readDone, check, c) {
+			return
+		}
+		for {
+			c.mu.Lock()
+			full := c.outstanding >= maxInFlight
+			c.mu.Unlock()
+			if !full {
+				break
+			}
+			if !waitFor(c.wake, readDone, check, c) {
+				return
+			}
+		}
+		frame := c.next()
+		lastSent = time.Now()
+		if err := conn.Write(ctx, websocket.MessageText, frame); err != nil {
+			c.fail("write: %v", err)
+			return
+		}
+		pace.Reset(time.Duration(c.rng.IntN(120)) * time.Millisecond)
+	}
+
+	// Drain, unsubscribe whatever is live, drain again: every request must
+	// be answered within its deadline plus slack.
+	if !c.drain(conn, ctx, lastSent, check, readDone) {
+		return
+	}
+	c.mu.Lock()
+	var unsubs [][]byte
+	for sid, l := range c.live {
+		if !l.unsubscribe {
+			unsubs = append(unsubs, c.unsubLocked(sid))
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range unsubs {
+		lastSent = time.Now()
+		if err := conn.Write(ctx, websocket.MessageText, f); err != nil {
+			c.fail("write: %v", err)
+			return
+		}
+	}
+	if !c.drain(conn, ctx, lastSent, check, readDone) {
+		return
+	}
+	c.mu.Lock()
+	if len(c.live) != 0 {
+		c.fail("%d subscriptions still live after unsubscribing all", len(c.live))
+	}
+	c.mu.Unlock()
+	closing.Store(true)
+	conn.Close(websocket.StatusNormalClosure, "bye")
+	cancel()
+	<-readDone
+}
+
+// waitFor waits for ch, checking deadlines meanwhile; false when the
+// connection is gone.
+func waitFor[T any](ch <-chan T, readDone chan struct{}, check *time.Ticker, c *client) bool {
+	for {
+		select {
+		case <-ch:
+			return true
+		case <-readDone:
+			return false
+		case <-check.C:
+			c.checkDeadlines(time.Now())
+		}
+	}
+}
+
+// drain waits until nothing is outstanding, failing what is still
+// unanswered past the last send's deadline plus slack. It reports false when
+// the connection is gone.
+func (c *client) drain(conn *websocket.Conn, ctx context.Context, lastSent time.Time, check *time.Ticker, readDone chan struct{}) bool {
+	drainBy := time.NewTimer(time.Until(lastSent.Add(requestTimeout + slack)))
+	defer drainBy.Stop()
+	for {
+		c.mu.Lock()
+		left := c.outstanding
+		c.mu.Unlock()
+		if left == 0 {
+			return true
+		}
+		select {
+		case <-c.wake:
+		case <-check.C:
+			c.checkDeadlines(time.Now())
+		case <-readDone:
+			return false
+		case <-drainBy.C:
+			c.checkDeadlines(time.Now().Add(time.Hour))
+			c.mu.Lock()
+			c.fail("%d requests/batches unanswered %v after the last was sent", c.outstanding, requestTimeout+slack)
+			c.outstanding = 0
+			c.mu.Unlock()
+			return true
+		}
+	}
+}
+
+// ---- traffic -------------------------------------------------------------
+
+func (c *client) newID() []byte {
+	c.seq++
+	if len(c.usedIDs) > 0 && c.rng.IntN(10) == 0 {
+		return c.usedIDs[c.rng.IntN(len(c.usedIDs))] // a duplicate
+	}
+	var id []byte
+	switch c.rng.IntN(7) {
+	case 0, 1:
+		id = fmt.Appendf(nil, "%d", c.seq)
+	case 2:
+		id = fmt.Appendf(nil, `"%d"`, c.seq)
+	case 3:
+		id = fmt.Appendf(nil, `"q\"%d\\x\u00e9\n"`, c.seq)
+	case 4:
+		id = fmt.Appendf(nil, "%d.0", c.seq)
+	case 5:
+		id = fmt.Appendf(nil, "18446744073709551616%d", c.seq)
+	default:
+		if c.rng.IntN(4) == 0 {
+			id = []byte("null")
+		} else {
+			id = fmt.Appendf(nil, "%de2", c.seq)
+		}
+	}
+	c.usedIDs = append(c.usedIDs, id)
+	return id
+}
+
+func (c *client) callLocked(b *batch, id []byte) *req {
+	c.seq++
+	method := retryMethods[c.rng.IntN(len(retryMethods))]
+	if c.rng.IntN(20) == 0 {
+		method = "eth_sendRawTransaction"
+	}
+	tag := fmt.Sprintf("c%d-%d", c.n, c.seq)
+	params := fmt.Appendf(nil, `[{"tag":"%s","pad":"%x","s":"a\"b\\c"},"latest"]`, tag, c.rng.Uint64())
+	r := &req{id: id, tag: tag, method: method, params: params, kind: kindCall, batch: b, sent: time.Now()}
+	c.tags[tag] = r
+	if b == nil {
+		g := c.groups[string(id)]
+		if g == nil {
+			g = &group{}
+			c.groups[string(id)] = g
+		}
+		g.reqs = append(g.reqs, r)
+	}
+	c.stats.Sent++
+	return r
+}
+
+func encode(r *req) []byte {
+	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"method":"%s","params":%s}`, r.id, r.method, r.params)
+}
+
+func (c *client) notifLocked() []byte {
+	c.seq++
+	tag := fmt.Sprintf("n%d-%d", c.n, c.seq)
+	c.notifTags[tag] = true
+	c.stats.Notifications++
+	return fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"eth_blockNumber","params":[{"tag":"%s"}]}`, tag)
+}
+
+func (c *client) subLocked(b *batch) *req {
+	c.seq++
+	p := subVariants[c.rng.IntN(len(subVariants))]
+	r := &req{id: fmt.Appendf(nil, `"s-%d"`, c.seq), method: "eth_subscribe", params: []byte(p), kind: kindSub, subParam: p, batch: b, sent: time.Now()}
+	c.subReqs[string(r.id)] = r
+	c.stats.SubsSent++
+	return r
+}
+
+func (c *client) unsubLocked(sid string) []byte {
+	c.seq++
+	c.live[sid].unsubscribe = true
+	r := &req{id: fmt.Appendf(nil, `"s-%d"`, c.seq), method: "eth_unsubscribe", params: fmt.Appendf(nil, "[%s]", sid), kind: kindUnsub, subID: sid, sent: time.Now()}
+	c.subReqs[string(r.id)] = r
+	c.outstanding++
+	return encode(r)
+}
+
+// next builds the client's next frame and records what it expects.
+func (c *client) next() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch x := c.rng.IntN(100); {
+	case x < 55:
+		c.outstanding++
+		return encode(c.callLocked(nil, c.newID()))
+	case x < 60:
+		return c.notifLocked()
+	case x < 75:
+		c.stats.BatchesSent++
+		b := &batch{n: c.seq, sent: time.Now()}
+		var elems [][]byte
+		first := c.callLocked(b, fmt.Appendf(nil, `"b-%d"`, c.seq))
+		b.elems = append(b.elems, first)
+		for range 1 + c.rng.IntN(5) {
+			switch y := c.rng.IntN(10); {
+			case y < 2:
+				elems = append(elems, c.notifLocked())
+			case y < 4:
+				// a duplicate id inside the batch
+				// (of a call: subscription ids stay unique, they are
+				// how the client tells its subscribe answers apart)
+				prev := b.elems[0]
+				if x := b.elems[c.rng.IntN(len(b.elems))]; x.kind == kindCall {
+					prev = x
+				}
+				r := c.callLocked(b, prev.id)
+				b.elems = append(b.elems, r)
+			case y < 5 && len(c.live) < 3:
+				b.elems = append(b.elems, c.subLocked(b))
+			default:
+				b.elems = append(b.elems, c.callLocked(b, c.newID()))
+			}
+		}
+		for _, r := range b.elems {
+			elems = append(elems, encode(r))
+		}
+		c.rng.Shuffle(len(elems), func(i, j int) { elems[i], elems[j] = elems[j], elems[i] })
+		ids := make([]string, len(b.elems))
+		for i, r := range b.elems {
+			ids[i] = string(r.id)
+		}
+		sort.Strings(ids)
+		b.idSet = strings.Join(ids, "\x00")
+		c.batches = append(c.batches, b)
+		c.outstanding++
+		return append(append([]byte("["), bytes.Join(elems, []byte(","))...), ']')
+	case x < 80:
+		// only notifications: nothing must come back
+		var elems [][]byte
+		for range 1 + c.rng.IntN(3) {
+			elems = append(elems, c.notifLocked())
+		}
+		return append(append([]byte("["), bytes.Join(elems, []byte(","))...), ']')
+	case x < 90 && len(c.live) < 3:
+		c.outstanding++
+		return encode(c.subLocked(nil))
+	default:
+		for sid, l := range c.live {
+			if !l.unsubscribe {
+				return c.unsubLocked(sid)
+			}
+		}
+		c.outstanding++
+		return encode(c.callLocked(nil, c.newID()))
+	}
+}
+
+// ---- checking --------------------------------------------------------------
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+type inMsg struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *rpcError       `json:"error"`
+	Method string          `json:"method"`
+	Params *struct {
+		Subscription json.RawMessage `json:"subscription"`
+		Result       struct {
+			N      int64           `json:"n"`
+			Conn   int64           `json:"conn"`
+			Params json.RawMessage `json:"params"`
+		} `json:"result"`
+	} `json:"params"`
+}
+
+type echo struct {
+	Echo []json.RawMessage `json:"echo"`
+	M    string            `json:"m"`
+}
+
+// tagOf returns the tag of a result {"echo":[{"tag":...}], "m":...}.
+func tagOf(result json.RawMessage) (string, *echo) {
+	if len(result) == 0 || result[0] != '{' {
+		return "", nil
+	}
+	var e echo
+	if json.Unmarshal(result, &e) != nil || len(e.Echo) == 0 {
+		return "", nil
+	}
+	var p struct {
+		Tag string `json:"tag"`
+	}
+	if json.Unmarshal(e.Echo[0], &p) != nil {
+		return "", nil
+	}
+	return p.Tag, &e
+}
+
+func (c *client) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *client) onMessage(msg []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recent = append(c.recent, msg)
+	if len(c.recent) > 6 {
+		c.recent = c.recent[1:]
+	}
+	t := bytes.TrimLeft(msg, " \t\r\n")
+	if len(t) > 0 && t[0] == '[' {
+		var entries []json.RawMessage
+		if err := json.Unmarshal(msg, &entries); err != nil {
+			c.fail("bad array from muxd: %v: %.200s", err, msg)
+			return
+		}
+		c.onBatch(entries, msg)
+		return
+	}
+	var m inMsg
+	if err := json.Unmarshal(msg, &m); err != nil {
+		c.fail("bad message from muxd: %v: %.200s", err, msg)
+		return
+	}
+	if m.Method == "eth_subscription" {
+		c.onPush(&m, msg)
+		return
+	}
+	if m.ID == nil {
+		c.fail("message with neither id nor method: %.200s", msg)
+		return
+	}
+	c.onSingle(&m, msg)
+}
+
+func (c *client) okError(e *rpcError, r *req, msg []byte) {
+	switch e.Code {
+	case -32002:
+		if strings.Contains(e.Message, "timed out") {
+			c.stats.Timeouts++
+		} else {
+			c.stats.Unavailable++
+		}
+	case -32005:
+		c.stats.Limits++
+	default:
+		c.fail("unexpected error for %s: %.300s", r.method, msg)
+	}
+	c.stats.Errors++
+}
+
+func (c *client) checkCall(r *req, m *inMsg, e *echo, msg []byte) {
+	if !bytes.Equal(m.ID, r.id) {
+		c.fail("answer to request %s (id %s) came with id %s: %.300s", r.tag, r.id, m.ID, msg)
+	}
+	if e.M != r.method {
+		c.fail("answer for %s carries method %q: %.300s", r.method, e.M, msg)
+	}
+	var want []json.RawMessage
+	_ = json.Unmarshal(r.params, &want)
+	if len(want) != len(e.Echo) || !bytes.Equal(want[0], e.Echo[0]) || !bytes.Equal(want[1], e.Echo[1]) {
+		c.fail("answer echoes params %s, request sent %s", e.Echo, r.params)
+	}
+	if r.resolved {
+		c.fail("second answer to request %s (id %s): %.300s", r.tag, r.id, msg)
+	}
+	r.resolved = true
+	c.stats.Results++
+}
+
+func (c *client) onSingle(m *inMsg, msg []byte) {
+	if r := c.subReqs[string(m.ID)]; r != nil {
+		if r.batch != nil {
+			c.fail("batch element answered on its own: %.300s", msg)
+			return
+		}
+		c.onSubAnswer(r, m, msg)
+		c.outstanding--
+		c.signal()
+		return
+	}
+	g := c.groups[string(m.ID)]
+	if g == nil {
+		c.fail("response with an id this client never sent as a single request: %.300s", msg)
+		return
+	}
+	if g.results+g.errs >= len(g.reqs) {
+		c.fail("more responses with id %s than requests (%d): %.300s", m.ID, len(g.reqs), msg)
+		return
+	}
+	if m.Error != nil {
+		c.okError(m.Error, g.reqs[0], msg)
+		g.errs++
+	} else {
+		tag, e := tagOf(m.Result)
+		r := c.tags[tag]
+		switch {
+		case e == nil:
+			c.fail("result that is no echo: %.300s", msg)
+			return
+		case c.notifTags[tag]:
+			c.fail("a notification was answered: %.300s", msg)
+			return
+		case r == nil:
+			c.fail("answer echoes a request this client never sent (crosstalk): %.300s", msg)
+			return
+		case r.batch != nil:
+			c.fail("batch element answered on its own: %.300s", msg)
+			return
+		}
+		c.checkCall(r, m, e, msg)
+		g.results++
+	}
+	c.outstanding--
+	c.signal()
+}
+
+func (c *client) onSubAnswer(r *req, m *inMsg, msg []byte) {
+	if r.resolved {
+		c.fail("second answer to %s id %s (sent %v ago) %v after the first %s: %.300s\nrecent: %s", r.method, r.id, time.Since(r.sent), time.Since(r.firstAt), r.first, msg, bytes.Join(c.recent, []byte("\n")))
+		return
+	}
+	r.resolved = true
+	r.first, r.firstAt = append([]byte(nil), msg...), time.Now()
+	if m.Error != nil {
+		c.okError(m.Error, r, msg)
+		if r.kind == kindUnsub {
+			c.fail("eth_unsubscribe of a live subscription failed: %.300s", msg)
+		}
+		return
+	}
+	switch r.kind {
+	case kindSub:
+		var s string
+		if json.Unmarshal(m.Result, &s) != nil || !strings.HasPrefix(s, "0x") {
+			c.fail("eth_subscribe result is no subscription id: %.300s", msg)
+			return
+		}
+		sid := string(m.Result)
+		if c.live[sid] != nil || c.dead[sid] {
+			c.fail("subscription id %s handed out twice", sid)
+		}
+		c.live[sid] = &liveSub{params: r.subParam}
+		c.stats.SubsLive++
+	case kindUnsub:
+		if string(m.Result) != "true" {
+			c.fail("eth_unsubscribe of a live subscription answered %s", m.Result)
+			return
+		}
+		delete(c.live, r.subID)
+		c.dead[r.subID] = true
+		c.stats.Unsubs++
+	}
+}
+
+func (c *client) onPush(m *inMsg, msg []byte) {
+	if m.ID != nil || m.Params == nil {
+		c.fail("malformed push: %.300s", msg)
+		return
+	}
+	sid := string(m.Params.Subscription)
+	if c.dead[sid] {
+		c.fail("push for subscription %s after its eth_unsubscribe was answered true: %.300s", sid, msg)
+		return
+	}
+	l := c.live[sid]
+	if l == nil {
+		c.fail("push for a subscription this client does not hold: %.300s", msg)
+		return
+	}
+	res := m.Params.Result
+	if string(res.Params) != l.params {
+		c.fail("push for %s carries params %s, subscribed with %s", sid, res.Params, l.params)
+	}
+	if res.Conn < l.conn || (res.Conn == l.conn && res.N <= l.n) {
+		c.fail("push for %s out of order or repeated: conn %d n %d after conn %d n %d", sid, res.Conn, res.N, l.conn, l.n)
+	}
+	l.conn, l.n = res.Conn, res.N
+	c.stats.Pushes++
+}
+
+func (c *client) onBatch(entries []json.RawMessage, msg []byte) {
+	msgs := make([]inMsg, len(entries))
+	ids := make([]string, len(entries))
+	var b *batch
+	for i, e := range entries {
+		if err := json.Unmarshal(e, &msgs[i]); err != nil || msgs[i].ID == nil {
+			c.fail("bad batch entry %.200s", e)
+			return
+		}
+		ids[i] = string(msgs[i].ID)
+		if tag, ec := tagOf(msgs[i].Result); ec != nil {
+			if c.notifTags[tag] {
+				c.fail("a notification was answered in a batch: %.300s", msg)
+				return
+			}
+			if r := c.tags[tag]; r != nil && r.batch != nil {
+				if b != nil && b != r.batch {
+					c.fail("one array mixes answers of two batches: %.300s", msg)
+					return
+				}
+				b = r.batch
+			} else {
+				c.fail("array entry answers no batch element of this client: %.300s", e)
+				return
+			}
+		}
+	}
+	sort.Strings(ids)
+	idSet := strings.Join(ids, "\x00")
+	if b == nil {
+		for _, x := range c.batches {
+			if !x.resolved && x.idSet == idSet {
+				b = x
+				break
+			}
+		}
+		if b == nil {
+			c.fail("array matches no batch this client sent: %.300s", msg)
+			return
+		}
+	}
+	if b.resolved {
+		c.fail("second array for batch %d: %.300s", b.n, msg)
+		return
+	}
+	if idSet != b.idSet {
+		c.fail("array ids %q, batch sent ids %q: %.300s", ids, b.idSet, msg)
+		return
+	}
+	b.resolved = true
+	c.outstanding--
+	c.stats.BatchesAnswered++
+	c.signal()
+	// Results by tag first, then subscription answers, then errors to the
+	// remaining calls with that id.
+	var rest []int
+	for i := range msgs {
+		m := &msgs[i]
+		if tag, e := tagOf(m.Result); e != nil {
+			c.checkCall(c.tags[tag], m, e, entries[i])
+			continue
+		}
+		if r := c.subReqs[string(m.ID)]; r != nil && r.batch == b {
+			c.onSubAnswer(r, m, entries[i])
+			continue
+		}
+		rest = append(rest, i)
+	}
+	for _, i := range rest {
+		m := &msgs[i]
+		if m.Error == nil {
+			c.fail("batch entry neither echo nor error: %.300s", entries[i])
+			continue
+		}
+		var got *req
+		for _, r := range b.elems {
+			if r.kind == kindCall && !r.resolved && bytes.Equal(r.id, m.ID) {
+				got = r
+				break
+			}
+		}
+		if got == nil {
+			c.fail("batch error entry for no unanswered element: %.300s", entries[i])
+			continue
+		}
+		got.resolved = true
+		c.okError(m.Error, got, entries[i])
+	}
+}
+
+// checkDeadlines fails every request that is still unanswered past its
+// deadline plus slack.
+func (c *client) checkDeadlines(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	late := func(r *req) bool { return now.After(r.sent.Add(requestTimeout + slack)) }
+	for id, g := range c.groups {
+		n := 0
+		for _, r := range g.reqs {
+			if !r.resolved && late(r) {
+				n++
+			}
+		}
+		if n > g.errs {
+			c.fail("%d requests with id %s unanswered past deadline+slack", n-g.errs, id)
+			g.errs = n // report once
+		}
+	}
+	for _, r := range c.subReqs {
+		if r.batch == nil && !r.resolved && late(r) {
+			c.fail("%s id %s unanswered past deadline+slack", r.method, r.id)
+			r.resolved = true
+		}
+	}
+	for _, b := range c.batches {
+		if !b.resolved && now.After(b.sent.Add(requestTimeout+slack)) {
+			c.fail("batch %d (%d elements with id) unanswered past deadline+slack", b.n, len(b.elems))
+			b.resolved = true
+		}
+	}
+}
