@@ -504,7 +504,7 @@ func TestSocketActivation(t *testing.T) {
 	}
 	t.Cleanup(func() { busy.Close() })
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSocketActivationChild$", "-test.v")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(),
 		activationChildEnv+"=1",
 		"MUXD_TEST_UPSTREAM="+node.url(),
@@ -552,17 +552,20 @@ func TestSocketActivation(t *testing.T) {
 	}
 }
 
-// TestSocketActivationChild is the muxd process of TestSocketActivation.
-func TestSocketActivationChild(t *testing.T) {
-	if os.Getenv(activationChildEnv) != "1" {
-		t.Skip("run by TestSocketActivation")
+// TestMain lets the test binary double as the muxd process of
+// TestSocketActivation: with activationChildEnv set it runs muxd on the
+// inherited listener and exits with muxd's code instead of running tests.
+func TestMain(m *testing.M) {
+	if os.Getenv(activationChildEnv) == "1" {
+		os.Exit(socketActivationChild())
 	}
+	os.Exit(m.Run())
+}
+
+func socketActivationChild() int {
 	// systemd sets LISTEN_PID to the service's pid, known only now.
 	os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	code := run(ctx, []string{"--upstream", os.Getenv("MUXD_TEST_UPSTREAM"), "--listen", os.Getenv("MUXD_TEST_LISTEN")}, os.Stderr, os.Stderr)
-	if code != 0 {
-		os.Exit(code)
-	}
+	return run(ctx, []string{"--upstream", os.Getenv("MUXD_TEST_UPSTREAM"), "--listen", os.Getenv("MUXD_TEST_LISTEN")}, os.Stderr, os.Stderr)
 }
