@@ -298,7 +298,7 @@ func TestUpstreamGarbage(t *testing.T) {
 			fc.Send([]byte(" \n" + string(errorFrame(r.ID, 3, "execution reverted")) + " "))
 		case "eth_twice":
 			// A node answering with an array (muxd never sends one).
-			fc.Send([]byte(`[` + string(errorFrame(json999, 1, "x")) + `,` + string(errorFrame(r.ID, 4, "second")) + `]`))
+			fc.Send([]byte(`[` + string(errorFrame([]byte(`999998`), 1, "not ours")) + `,` + string(errorFrame(r.ID, 4, "second")) + `]`))
 		default:
 			fc.Answer(r)
 		}
@@ -341,5 +341,3 @@ func TestUpstreamGarbage(t *testing.T) {
 		t.Errorf("upstream connections = %d, want 1", n)
 	}
 }
-
-var json999 = []byte(`999998`)

@@ -80,6 +80,11 @@ type fakeConn struct {
 	unsubs []string                   // upstream ids unsubscribed on this connection
 	closed bool
 
+	// subMu makes writing a subscription's answer and recording it live
+	// one step for unsubscribe, which muxd may send as soon as it has
+	// read the answer.
+	subMu sync.Mutex
+
 	lifoMu   sync.Mutex
 	lifo     []fakeOut
 	lifoWake chan struct{}
@@ -364,6 +369,8 @@ func (fc *fakeConn) unsubscribe(r fakeReq) []byte {
 	var args []string
 	_ = json.Unmarshal(r.Params, &args)
 	ok := false
+	fc.subMu.Lock()
+	defer fc.subMu.Unlock()
 	f := fc.f
 	f.mu.Lock()
 	for _, a := range args {
@@ -397,6 +404,10 @@ func (fc *fakeConn) send(o fakeOut) {
 }
 
 func (fc *fakeConn) write(o fakeOut) {
+	if o.sub != "" {
+		fc.subMu.Lock()
+		defer fc.subMu.Unlock()
+	}
 	if fc.Write(o.b) != nil {
 		return
 	}

@@ -118,7 +118,8 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, p router.Pendin
 		upID := string(m.Result.In(msg))
 		waiters, ok := s.subs.Subscribed(p.Key, upID)
 		if !ok {
-			// Everyone left while it was being set up.
+			// Everyone left while it was being set up, or the key is
+			// live already under another upstream id.
 			s.unsubscribeUpstreamLocked(upID, out)
 			return
 		}

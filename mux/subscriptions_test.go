@@ -336,6 +336,47 @@ func TestSubscriptions(t *testing.T) {
 		c.recvPush(sub, `"late"`)
 	})
 
+	t.Run("key re-created while its eth_subscribe is in flight", func(t *testing.T) {
+		t.Parallel()
+		// The only holder leaves while muxd's eth_subscribe is
+		// unanswered, another client asks for the same key (a second
+		// eth_subscribe), then both answers come: one upstream
+		// subscription must remain, and each push arrive once.
+		hold := newHolder("eth_subscribe")
+		h := newHarness(t, harnessOpts{})
+		h.fake.SetHandler(hold.handle)
+		fc := h.fake.Conn(t, 1)
+		c1 := h.dial(t)
+		c1.send(`{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}`)
+		fc.WaitReqs(t, 1)
+		c1.conn.CloseNow()
+		eventually(t, "the first client to be gone", func() bool { return len(h.clientIDs()) == 0 })
+		c2 := h.dial(t)
+		c2.send(`{"jsonrpc":"2.0","id":2,"method":"eth_subscribe","params":["newHeads"]}`)
+		fc.WaitReqs(t, 2)
+		for _, l := range hold.take() { // in arrival order
+			fc.Subscribe(l.r)
+		}
+		r := parseResp(t, c2.recv())
+		sub := string(r.Result)
+		if !subIDPattern.MatchString(sub) || string(r.ID) != `2` {
+			t.Fatalf("subscribe answer %s", r.Raw)
+		}
+		h.fake.Wait(t, "one live upstream subscription", func() bool { return len(fc.subs) == 1 })
+		fc.PushAll(t, `"once"`)
+		c2.recvPush(sub, `"once"`)
+		c2.barrier()
+		if c2.unsubscribe(`3`, sub) != "true" {
+			t.Fatal("unsubscribe failed")
+		}
+		h.fake.Wait(t, "no live upstream subscription", func() bool { return len(fc.subs) == 0 })
+		var up int
+		h.locked(func() { up, _ = h.srv.subs.Counts() })
+		if up != 0 {
+			t.Errorf("muxd still maps %d upstream subscriptions", up)
+		}
+	})
+
 	t.Run("upstream refuses", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
@@ -391,6 +432,8 @@ func subscribeAndPush(fc *fakeConn, r fakeReq, n int) {
 // clients; every push reaches each of them, and one client that does not
 // read is cut without holding up the rest.
 func TestSubscriptionFanout(t *testing.T) {
+	// The slow client, with minimal socket buffers, is cut after some
+	// 35 KiB (the 24 KiB queue included); it is sent 64 KiB.
 	const clients, pushes = 1000, 8
 	payload := `"` + strings.Repeat("f", 8<<10) + `"`
 	h := newHarness(t, harnessOpts{cfg: func(c *Config) {
@@ -520,7 +563,6 @@ func TestSubscriptionFanout(t *testing.T) {
 			fc.PushAll(t, fmt.Sprintf(`{"k":%d,"data":%s}`, k, payload))
 		}
 		waitGroup(t, &rounds[k], fmt.Sprintf("push %d to reach every client", k))
-		t.Logf("round %d at %v slow=%v", k, time.Since(start), counterValue(m.SlowConsumers))
 	}
 	wg.Wait()
 	close(readErrs)
@@ -534,7 +576,7 @@ func TestSubscriptionFanout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("slow client: %v", err)
 	}
-	t.Logf("slow client read %d frames; cleanup from %v", nslow, time.Since(start))
+	t.Logf("%d pushes to %d clients in %v; the slow one read %d before it was cut", pushes+1, clients, time.Since(start), nslow)
 	if v := counterValue(m.SlowConsumers); v != 1 {
 		t.Errorf("slow consumers = %v, want 1", v)
 	}

@@ -112,10 +112,12 @@ func (t *Subscriptions) Key(key string) *Shared { return t.byKey[key] }
 
 // Subscribed records the node's id for key and makes it live. It returns
 // the waiters to answer (their success), and nil, false when nobody holds
-// the key any more: the caller should unsubscribe the id upstream.
+// the key any more, or when it is live already (the key was dropped and
+// created again while an earlier eth_subscribe for it was unanswered, so two
+// went out): the caller should unsubscribe the id upstream.
 func (t *Subscriptions) Subscribed(key, upstreamID string) ([]Waiter, bool) {
 	sh := t.byKey[key]
-	if sh == nil || len(sh.Members) == 0 {
+	if sh == nil || len(sh.Members) == 0 || sh.State == SubLive {
 		return nil, false
 	}
 	sh.State = SubLive
