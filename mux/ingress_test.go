@@ -37,13 +37,14 @@ type ingUpstream struct {
 	mu      sync.Mutex
 	methods []string
 	conns   map[*websocket.Conn]bool
+	newConn chan struct{} // signalled each time a connection is registered
 }
 
 const ingSubID = `"0xfeed"`
 
 func ingNewUpstream(t *testing.T) *ingUpstream {
 	t.Helper()
-	u := &ingUpstream{conns: map[*websocket.Conn]bool{}}
+	u := &ingUpstream{conns: map[*websocket.Conn]bool{}, newConn: make(chan struct{}, 1)}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)
 	return u
@@ -63,6 +64,10 @@ func (u *ingUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.conns[c] = true
 	u.mu.Unlock()
+	select {
+	case u.newConn <- struct{}{}:
+	default:
+	}
 	defer func() {
 		u.mu.Lock()
 		delete(u.conns, c)
@@ -130,9 +135,19 @@ func (u *ingUpstream) seen(method string) bool {
 	return false
 }
 
-// drop cuts every connection.
+// drop cuts every connection. muxd may report itself connected before this
+// side has registered the connection, so drop waits for at least one.
 func (u *ingUpstream) drop() {
 	u.mu.Lock()
+	for len(u.conns) == 0 {
+		u.mu.Unlock()
+		select {
+		case <-u.newConn:
+		case <-time.After(10 * time.Second):
+			return
+		}
+		u.mu.Lock()
+	}
 	defer u.mu.Unlock()
 	for c := range u.conns {
 		c.CloseNow()
