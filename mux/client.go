@@ -66,8 +66,10 @@ func (c *Client) send(msg []byte) {
 // the context cancelled, which stops the reader and the writer.
 func (c *Client) shut(code int, reason string) {
 	c.once.Do(func() {
-		c.out.close()
+		// Cancel first: a send racing with the close then sees the
+		// session ending and is not taken for a slow consumer.
 		c.cancel()
+		c.out.close()
 		go c.tr.close(code, reason)
 	})
 }

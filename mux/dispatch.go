@@ -147,6 +147,13 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 	elem, idSpan := router.Element(frame, m)
 	if !m.HasID() {
 		// A notification: fire and forget. No pending entry, no answer.
+		// eth_subscribe and eth_unsubscribe are not forwarded as
+		// notifications: the first would leave an upstream subscription
+		// nobody holds, the second could cancel one that others share.
+		if method == methodSubscribe || method == methodUnsubscribe {
+			s.metrics.drop(DropSubscribeNotification)
+			return nil
+		}
 		if up == nil {
 			s.metrics.drop(DropNoUpstream)
 			return nil

@@ -70,7 +70,7 @@ func BenchmarkFanout1000(b *testing.B) {
 		srv.subs.SetReady(id)
 		srv.mu.Unlock()
 	}
-	if _, ok := srv.subs.Subscribed(key, `"0xup"`); !ok {
+	if _, ok := srv.subs.Subscribed(key, 0, `"0xup"`); !ok {
 		b.Fatal("subscription not live")
 	}
 	var msgs []router.Message

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -25,8 +26,22 @@ func (t *wsTransport) write(ctx context.Context, msgs [][]byte) error {
 	return nil
 }
 
+// wsCloseWait bounds the close handshake. A peer that does not read (a slow
+// consumer) cannot take the close frame through its full socket, and
+// coder/websocket would otherwise wait 5 s for it.
+const wsCloseWait = time.Second
+
 func (t *wsTransport) close(code int, reason string) {
-	t.conn.Close(websocket.StatusCode(code), reason)
+	done := make(chan struct{})
+	go func() {
+		t.conn.Close(websocket.StatusCode(code), reason)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wsCloseWait):
+		t.conn.CloseNow()
+	}
 }
 
 // ServeWebSocket upgrades r to a WebSocket and runs a client session on it

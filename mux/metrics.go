@@ -12,12 +12,13 @@ import (
 type DropReason uint8
 
 const (
-	DropUnknownID           DropReason = iota // response id matches no pending request (late, duplicate, foreign)
-	DropNullID                                // response with id null: a protocol error from the node
-	DropUnknownSubscription                   // push for a subscription nobody holds
-	DropMalformed                             // upstream frame that is not valid JSON
-	DropUnexpected                            // upstream message that is neither a response nor a push
-	DropNoUpstream                            // client notification while no upstream is connected
+	DropUnknownID             DropReason = iota // response id matches no pending request (late, duplicate, foreign)
+	DropNullID                                  // response with id null: a protocol error from the node
+	DropUnknownSubscription                     // push for a subscription nobody holds
+	DropMalformed                               // upstream frame that is not valid JSON
+	DropUnexpected                              // upstream message that is neither a response nor a push
+	DropNoUpstream                              // client notification while no upstream is connected
+	DropSubscribeNotification                   // client eth_subscribe/eth_unsubscribe sent without an id
 	numDropReasons
 )
 
@@ -35,6 +36,8 @@ func (r DropReason) String() string {
 		return "unexpected"
 	case DropNoUpstream:
 		return "no_upstream"
+	case DropSubscribeNotification:
+		return "subscribe_notification"
 	}
 	return "reason_" + strconv.Itoa(int(r))
 }

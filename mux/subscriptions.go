@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/muxd/muxd/router"
@@ -78,15 +79,18 @@ func (s *Server) subscribeUpstreamLocked(sh *router.Shared, out *outgoing) {
 	frame = append(frame, sh.Params...)
 	frame = append(frame, '}')
 	sh.State = router.SubSubscribing
-	now := time.Now()
+	sh.Attempt = uid
+	// No deadline: the clients waiting on it time out on their own
+	// (ExpireWaiters), but muxd keeps waiting for the node's answer, so that
+	// a late answer still makes the key live (or is unsubscribed) instead
+	// of leaving an upstream subscription nobody knows about.
 	s.enqueueLocked(nil, uid, router.Pending{
-		Client:   router.Internal,
-		Method:   methodSubscribe,
-		Sent:     now,
-		Deadline: now.Add(s.cfg.RequestTimeout),
-		Frame:    frame,
-		Kind:     router.KindSubscribe,
-		Key:      sh.Key,
+		Client: router.Internal,
+		Method: methodSubscribe,
+		Sent:   time.Now(),
+		Frame:  frame,
+		Kind:   router.KindSubscribe,
+		Key:    sh.Key,
 	}, s.up, out)
 }
 
@@ -101,22 +105,20 @@ func (s *Server) unsubscribeUpstreamLocked(upstreamID string, out *outgoing) {
 	frame = append(frame, `,"method":"eth_unsubscribe","params":[`...)
 	frame = append(frame, upstreamID...)
 	frame = append(frame, "]}"...)
-	now := time.Now()
 	s.enqueueLocked(nil, uid, router.Pending{
-		Client:   router.Internal,
-		Method:   methodUnsubscribe,
-		Sent:     now,
-		Deadline: now.Add(s.cfg.RequestTimeout),
-		Frame:    frame,
-		Kind:     router.KindUnsubscribe,
+		Client: router.Internal,
+		Method: methodUnsubscribe,
+		Sent:   time.Now(),
+		Frame:  frame,
+		Kind:   router.KindUnsubscribe,
 	}, s.up, out)
 }
 
 // subscribedLocked handles the node's answer to muxd's eth_subscribe.
-func (s *Server) subscribedLocked(msg []byte, m *router.Message, p router.Pending, out *outgoing) {
+func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p router.Pending, out *outgoing) {
 	if m.Result.Present() && msg[m.Result.Off] == '"' {
 		upID := string(m.Result.In(msg))
-		waiters, ok := s.subs.Subscribed(p.Key, upID)
+		waiters, ok := s.subs.Subscribed(p.Key, uid, upID)
 		if !ok {
 			// Everyone left while it was being set up, or the key is
 			// live already under another upstream id.
@@ -133,7 +135,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, p router.Pendin
 	}
 	// An error (or a result that is no subscription id): each waiter gets
 	// the node's answer as it came, under its own id.
-	waiters := s.subs.Failed(p.Key)
+	waiters := s.subs.Failed(p.Key, uid)
 	s.log.Warn("upstream refused a subscription", "key", p.Key, "waiters", len(waiters))
 	for _, w := range waiters {
 		c := s.clients[w.Client]
@@ -175,7 +177,9 @@ func (s *Server) unsubscribeLocked(c *Client, frame []byte, m *router.Message, p
 	if !m.Params.Present() || json.Unmarshal(m.Params.In(frame), &args) != nil || len(args) != 1 {
 		return s.errorBytes(p.ID, router.RPCError{Code: -32602, Message: "invalid params", Reason: "eth_unsubscribe takes one subscription id"})
 	}
-	subID, _ := json.Marshal(args[0])
+	// muxd's ids are lowercase hex; a client that upper-cased one still
+	// means it.
+	subID, _ := json.Marshal(strings.ToLower(args[0]))
 	result := "false"
 	if owner, ok := s.subs.Owner(string(subID)); ok && owner == c.id {
 		s.detachLocked(c, string(subID), out)

@@ -377,6 +377,65 @@ func TestSubscriptions(t *testing.T) {
 		}
 	})
 
+	t.Run("late answer after its client timed out", func(t *testing.T) {
+		t.Parallel()
+		// The client's eth_subscribe times out while muxd's is still
+		// unanswered; when the node's answer comes at last, nobody holds
+		// the key, so muxd unsubscribes it instead of leaving it orphaned.
+		hold := newHolder("eth_subscribe")
+		h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.RequestTimeout = 200 * time.Millisecond }})
+		h.fake.SetHandler(hold.handle)
+		fc := h.fake.Conn(t, 1)
+		c := h.dial(t)
+		r := parseResp(t, c.call(`{"jsonrpc":"2.0","id":"late","method":"eth_subscribe","params":["newHeads"]}`))
+		wantError(t, r, `"late"`, -32002, "request timed out")
+		for _, l := range hold.take() {
+			fc.Subscribe(l.r)
+		}
+		h.fake.Wait(t, "eth_unsubscribe of the orphan", func() bool { return len(fc.unsubs) == 1 })
+		h.fake.Wait(t, "no live upstream subscription", func() bool { return len(fc.subs) == 0 })
+		fc.PushAll(t, `"nobody"`)
+		c.barrier()
+	})
+
+	t.Run("subscribe as a notification is not forwarded", func(t *testing.T) {
+		t.Parallel()
+		// Without an id muxd could never map the node's subscription (an
+		// orphan), and an eth_unsubscribe could cancel a shared one.
+		h := newHarness(t, harnessOpts{})
+		c := h.dial(t)
+		s1 := c.subscribe(`1`, `["newHeads"]`)
+		fc := h.fake.Conn(t, 1)
+		var up string
+		for id := range fc.WaitLiveSubs(t, 1) {
+			up = id
+		}
+		c.send(`{"jsonrpc":"2.0","method":"eth_subscribe","params":["newPendingTransactions"]}`)
+		c.send(`{"jsonrpc":"2.0","method":"eth_unsubscribe","params":[` + up + `]}`)
+		c.barrier()
+		for _, r := range fc.Reqs() {
+			if r.IsNotification() {
+				t.Errorf("forwarded upstream: %s %s", r.Method, r.Params)
+			}
+		}
+		if n := h.srv.Metrics().DroppedCount(DropSubscribeNotification); n != 2 {
+			t.Errorf("dropped subscribe_notification = %v, want 2", n)
+		}
+		fc.PushAll(t, `"kept"`)
+		c.recvPush(s1, `"kept"`)
+	})
+
+	t.Run("unsubscribe with upper-case hex", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, harnessOpts{})
+		c := h.dial(t)
+		sub := c.subscribe(`1`, `["newHeads"]`)
+		upper := `"0x` + strings.ToUpper(sub[3:len(sub)-1]) + `"`
+		if got := c.unsubscribe(`2`, upper); got != "true" {
+			t.Errorf("unsubscribe %s answered %s, want true", upper, got)
+		}
+	})
+
 	t.Run("upstream refuses", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})

@@ -38,23 +38,11 @@ func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
 	s.reqs.Expire(now, func(_ uint64, p router.Pending) {
 		s.settledLocked(p)
-		if p.Kind == router.KindSubscribe {
-			// The node did not answer muxd's own eth_subscribe: its
-			// waiters time out, and the key is tried again on the next
-			// connection.
-			for _, w := range s.subs.Failed(p.Key) {
-				if c := s.clients[w.Client]; c != nil {
-					delete(c.subs, w.ID)
-				}
-				expired = append(expired, w.Request)
-			}
-			return
-		}
 		expired = append(expired, p)
 	})
 	kept := s.waiting[:0]
 	for _, w := range s.waiting {
-		if w.p.Deadline.After(now) {
+		if w.p.Deadline.IsZero() || w.p.Deadline.After(now) {
 			kept = append(kept, w)
 			continue
 		}

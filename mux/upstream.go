@@ -141,7 +141,7 @@ func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message)
 		s.settledLocked(p)
 		var out outgoing
 		if p.Kind == router.KindSubscribe {
-			s.subscribedLocked(frame, m, p, &out)
+			s.subscribedLocked(frame, m, uid, p, &out)
 		}
 		up := s.up
 		s.mu.Unlock()

@@ -50,6 +50,10 @@ type Shared struct {
 	Params   []byte // eth_subscribe params as the first client wrote them
 	State    SubState
 	Upstream string   // the node's subscription id as a JSON string; "" unless live
+	// Attempt is the upstream request id of the eth_subscribe in flight
+	// for this key (state SubSubscribing), so that the answer to an older
+	// attempt is never taken for the current one.
+	Attempt uint64
 	Members  []Member // every client subscription on this key, waiters included
 	Waiters  []Waiter // answers owed once the upstream answers
 }
@@ -115,12 +119,16 @@ func (t *Subscriptions) Key(key string) *Shared { return t.byKey[key] }
 // the key any more, or when it is live already (the key was dropped and
 // created again while an earlier eth_subscribe for it was unanswered, so two
 // went out): the caller should unsubscribe the id upstream.
-func (t *Subscriptions) Subscribed(key, upstreamID string) ([]Waiter, bool) {
+//
+// attempt is the upstream request id the answer came for; an answer to any
+// other attempt than the current one is refused the same way.
+func (t *Subscriptions) Subscribed(key string, attempt uint64, upstreamID string) ([]Waiter, bool) {
 	sh := t.byKey[key]
-	if sh == nil || len(sh.Members) == 0 || sh.State == SubLive {
+	if sh == nil || len(sh.Members) == 0 || sh.State == SubLive || sh.Attempt != attempt {
 		return nil, false
 	}
 	sh.State = SubLive
+	sh.Attempt = 0
 	sh.Upstream = upstreamID
 	t.byUpstream[upstreamID] = sh
 	w := sh.Waiters
@@ -131,12 +139,14 @@ func (t *Subscriptions) Subscribed(key, upstreamID string) ([]Waiter, bool) {
 // Failed records that subscribing key upstream failed. The waiters are
 // returned to be answered with the error, and their members removed; members
 // that were live before (a resubscribe after reconnect) stay, and the key
-// goes back to SubIdle to be tried on the next connection.
-func (t *Subscriptions) Failed(key string) []Waiter {
+// goes back to SubIdle to be tried on the next connection. A failure of an
+// attempt that is not the current one changes nothing.
+func (t *Subscriptions) Failed(key string, attempt uint64) []Waiter {
 	sh := t.byKey[key]
-	if sh == nil {
+	if sh == nil || sh.Attempt != attempt {
 		return nil
 	}
+	sh.Attempt = 0
 	w := sh.Waiters
 	sh.Waiters = nil
 	for _, x := range w {
@@ -210,6 +220,7 @@ func (t *Subscriptions) Lost() {
 	for _, sh := range t.byKey {
 		sh.State = SubIdle
 		sh.Upstream = ""
+		sh.Attempt = 0
 	}
 }
 
