@@ -52,6 +52,9 @@ type Config struct {
 	UpstreamReadLimit int64
 	// PingInterval and PingTimeout drive upstream keepalive.
 	PingInterval, PingTimeout time.Duration
+	// ReconnectInitial and ReconnectMax bound the jittered exponential
+	// backoff between upstream dial attempts (0: 100ms and 10s).
+	ReconnectInitial, ReconnectMax time.Duration
 
 	// RequestTimeout bounds each request from arrival to answer.
 	RequestTimeout time.Duration

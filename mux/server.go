@@ -76,6 +76,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.sup = reconnect.New(reconnect.Config{
 		Dial:         cfg.Dial,
+		NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),
 		PingInterval: cfg.PingInterval,
 		PingTimeout:  cfg.PingTimeout,
 		Logger:       cfg.Logger,

@@ -54,13 +54,33 @@ type Config struct {
 	OnDialError func(err error, next time.Duration)
 }
 
-func defaultBackOff() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(10*time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
+// Default reconnect backoff: the first retry after about DefaultBackOffInitial,
+// doubling (with jitter) up to about DefaultBackOffMax between attempts.
+const (
+	DefaultBackOffInitial = 100 * time.Millisecond
+	DefaultBackOffMax     = 10 * time.Second
+)
+
+// ExponentialBackOff returns a NewBackOff for Config: exponential with
+// jitter from initial to max between attempts, never giving up. Zero
+// values mean the defaults.
+func ExponentialBackOff(initial, max time.Duration) func() backoff.BackOff {
+	if initial <= 0 {
+		initial = DefaultBackOffInitial
+	}
+	if max <= 0 {
+		max = DefaultBackOffMax
+	}
+	return func() backoff.BackOff {
+		return backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(initial),
+			backoff.WithMaxInterval(max),
+			backoff.WithMaxElapsedTime(0),
+		)
+	}
 }
+
+func defaultBackOff() backoff.BackOff { return ExponentialBackOff(0, 0)() }
 
 func (cfg Config) withDefaults() Config {
 	if cfg.NewBackOff == nil {

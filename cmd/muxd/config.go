@@ -45,6 +45,8 @@ type Config struct {
 	UpstreamReadLimit  int64             `toml:"upstream_read_limit"`
 	PingInterval       Duration          `toml:"ping_interval"`
 	PingTimeout        Duration          `toml:"ping_timeout"`
+	ReconnectInitial   Duration          `toml:"reconnect_initial"`
+	ReconnectMax       Duration          `toml:"reconnect_max"`
 	Listen             string            `toml:"listen"`
 	IPC                string            `toml:"ipc"`
 	IPCMode            string            `toml:"ipc_mode"`
@@ -73,6 +75,8 @@ func defaults() Config {
 		UpstreamReadLimit: reconnect.DefaultReadLimit,
 		PingInterval:      Duration{15 * time.Second},
 		PingTimeout:       Duration{10 * time.Second},
+		ReconnectInitial:  Duration{reconnect.DefaultBackOffInitial},
+		ReconnectMax:      Duration{reconnect.DefaultBackOffMax},
 		Listen:            "127.0.0.1:8547",
 		IPCMode:           "0600",
 		RequestTimeout:    Duration{mux.DefaultRequestTimeout},
@@ -172,10 +176,14 @@ func (c *Config) problems() *multierror.Error {
 	for _, d := range []struct {
 		name string
 		d    Duration
-	}{{"request_timeout", c.RequestTimeout}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace}} {
+	}{{"request_timeout", c.RequestTimeout}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace},
+		{"reconnect_initial", c.ReconnectInitial}, {"reconnect_max", c.ReconnectMax}} {
 		if d.d.Duration <= 0 {
 			add("%s: must be positive, got %s", d.name, d.d.Duration)
 		}
+	}
+	if c.ReconnectInitial.Duration > c.ReconnectMax.Duration {
+		add("reconnect_initial (%s) is longer than reconnect_max (%s)", c.ReconnectInitial.Duration, c.ReconnectMax.Duration)
 	}
 	if c.PingInterval.Duration < 0 {
 		add("ping_interval: must not be negative (0 disables keepalive)")

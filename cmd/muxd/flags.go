@@ -41,6 +41,8 @@ var optionHelp = map[string]string{
 	"upstream_read_limit":  "largest upstream message in bytes",
 	"ping_interval":        "upstream keepalive ping interval (0 disables)",
 	"ping_timeout":         "upstream keepalive pong timeout",
+	"reconnect_initial":    "first delay before redialling the upstream (doubles, jittered)",
+	"reconnect_max":        "longest delay between upstream dial attempts",
 	"listen":               "WebSocket and HTTP address for clients",
 	"ipc":                  "Unix socket path for IPC clients",
 	"ipc_mode":             "IPC socket file mode (octal)",

@@ -123,6 +123,8 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 		UpstreamReadLimit:  cfg.UpstreamReadLimit,
 		PingInterval:       pingInterval(cfg.PingInterval.Duration),
 		PingTimeout:        cfg.PingTimeout.Duration,
+		ReconnectInitial:   cfg.ReconnectInitial.Duration,
+		ReconnectMax:       cfg.ReconnectMax.Duration,
 		RequestTimeout:     cfg.RequestTimeout.Duration,
 		RetryMethods:       cfg.RetryMethods,
 		DenyMethods:        cfg.DenyMethods,
