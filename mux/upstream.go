@@ -149,11 +149,21 @@ func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message)
 		return
 	}
 	c := s.clients[p.Client]
+	// The request is settled and its answer queued in one hold of the
+	// lock, so that nothing (Shutdown, an IPC close after a parse error)
+	// sees the client idle before the answer is queued. A small answer is
+	// copied under that same hold; a large one (blocks, traces) is copied
+	// without the lock, which is then taken again.
+	if len(elem) <= inlineSpliceMax {
+		s.settledLocked(p)
+		if c != nil {
+			resp := router.AppendSpliced(make([]byte, 0, len(elem)-len(raw)+len(p.ID)), elem, idSpan, p.ID)
+			s.deliverLocked(c, p, resp, responseCode(frame, m))
+		}
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Unlock()
-	// The copy is made without the lock; the request is settled and its
-	// answer queued in one hold of it, so that nothing (Shutdown, an IPC
-	// close after a parse error) sees the client idle before the answer
-	// is queued.
 	resp := router.AppendSpliced(make([]byte, 0, len(elem)-len(raw)+len(p.ID)), elem, idSpan, p.ID)
 	s.mu.Lock()
 	if c != nil && s.clients[p.Client] != c {
@@ -168,6 +178,9 @@ func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message)
 	}
 	s.mu.Unlock()
 }
+
+// inlineSpliceMax is the largest answer whose id is spliced with s.mu held.
+const inlineSpliceMax = 16 << 10
 
 // responseCode reads error.code from a response for the metrics; 0 for a
 // result. msg is the whole frame m was scanned from: m's spans are offsets
