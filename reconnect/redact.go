@@ -1,6 +1,9 @@
 package reconnect
 
-import "net/url"
+import (
+	"net/url"
+	"strings"
+)
 
 // invalidURL is what [Redact] returns for a URL it cannot safely reduce.
 const invalidURL = "<invalid url>"
@@ -22,3 +25,10 @@ func Redact(rawURL string) string {
 	}
 	return out
 }
+
+// Scrubber returns a Replacer that rewrites, in error text, every spelling of
+// rawURL that libraries print (any ws/wss/http/https scheme, the password
+// masked or not, quoted) to Redact(rawURL), and any leftover secret part of
+// it (userinfo, path, query, fragment) to "…". Use it on errors from code
+// that quotes the URL it was given.
+func Scrubber(rawURL string) *strings.Replacer { return urlScrubber(rawURL) }

@@ -166,7 +166,7 @@ func dialProbe(ctx context.Context, target string) (exchanger, error) {
 	case "ws", "wss":
 		c, _, err := websocket.Dial(ctx, target, nil)
 		if err != nil {
-			return nil, fmt.Errorf("probe: dial %s: %w", reconnect.Redact(target), errors.New(strings.ReplaceAll(err.Error(), target, reconnect.Redact(target))))
+			return nil, fmt.Errorf("dial %s: %s", reconnect.Redact(target), reconnect.Scrubber(target).Replace(err.Error()))
 		}
 		c.SetReadLimit(64 << 20)
 		w := &wsExchanger{conn: c, waiting: map[string]chan []byte{}}
@@ -338,7 +338,7 @@ func (h *httpExchanger) exchange(ctx context.Context, body []byte) ([]byte, erro
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("post: %s", strings.ReplaceAll(err.Error(), h.url, reconnect.Redact(h.url)))
+		return nil, fmt.Errorf("post: %s", reconnect.Scrubber(h.url).Replace(err.Error()))
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
