@@ -192,11 +192,13 @@ func (s *Server) removeClient(c *Client) {
 	up.send(frames...)
 }
 
-// failAll answers every request still pending or waiting with e; used when
-// the server stops.
-func (s *Server) failAll(e router.RPCError) {
+// failAll answers every request still pending, waiting for an upstream, or
+// waiting on a subscription with e, and returns how many; used when the
+// server stops.
+func (s *Server) failAll(e router.RPCError) int {
 	var done []router.Pending
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.reqs.Discard(func(_ uint64, p router.Pending) {
 		s.settledLocked(p)
 		done = append(done, p)
@@ -206,15 +208,28 @@ func (s *Server) failAll(e router.RPCError) {
 		done = append(done, w.p)
 	}
 	s.waiting = nil
-	s.mu.Unlock()
-	for _, p := range done {
-		s.answerError(p, e)
+	for _, w := range s.subs.ExpireWaiters(time.Unix(1<<40, 0)) { // every waiter
+		if c := s.clients[w.Client]; c != nil {
+			delete(c.subs, w.ID)
+			s.waiterDoneLocked(c)
+		}
+		done = append(done, w.Request)
 	}
+	s.updateSubGaugesLocked()
+	n := 0
+	for _, p := range done {
+		if c := s.clients[p.Client]; c != nil && p.Client != router.Internal {
+			s.deliverLocked(c, p, router.ErrorResponse(p.ID, e), e.Code)
+			n++
+		}
+	}
+	return n
 }
 
 // Shutdown stops taking new sessions, waits until every request in flight
-// has been answered or ctx is done, then closes every client with 1001
-// (going away). Run's context should be cancelled after it, which closes the
+// has been answered or ctx is done (then answers the rest with -32002
+// "upstream unavailable", reason "shutdown"), and closes every client with
+// 1001 (going away) once its answers are written. Run's context should be cancelled after it, which closes the
 // upstream with 1000.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
@@ -226,11 +241,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.checkIdleLocked()
 	s.mu.Unlock()
 
-	var err error
 	select {
 	case <-idle:
 	case <-ctx.Done():
-		err = fmt.Errorf("shutdown: requests still in flight: %w", ctx.Err())
+		// Grace is over: every request still owed an answer gets one, an
+		// explicit -32002, before its client is closed.
+		n := s.failAll(router.ErrorUnavailable.Because("shutdown"))
+		s.log.Warn("shutdown grace over, answered requests still in flight with -32002", "requests", n)
 	}
 	s.mu.Lock()
 	clients := make([]*Client, 0, len(s.clients))
@@ -253,7 +270,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.shut(closeGoingAway, "shutdown")
 		}
 	}
-	return err
+	return nil
 }
 
 // checkIdleLocked closes s.idle once shutting down and nothing is in

@@ -55,10 +55,10 @@ func (s *Server) subscribeLocked(c *Client, frame []byte, m *router.Message, p r
 		s.answerSubscribeLocked(c, p, subID)
 		return nil
 	case router.SubSubscribing:
-		s.subs.Wait(key, router.Waiter{Member: router.Member{Client: c.id, ID: subID}, Request: p})
+		s.waitLocked(c, key, router.Waiter{Member: router.Member{Client: c.id, ID: subID}, Request: p})
 		return nil
 	}
-	s.subs.Wait(key, router.Waiter{Member: router.Member{Client: c.id, ID: subID}, Request: p})
+	s.waitLocked(c, key, router.Waiter{Member: router.Member{Client: c.id, ID: subID}, Request: p})
 	if up != nil {
 		s.subscribeUpstreamLocked(sh, out)
 	}
@@ -128,6 +128,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 		for _, w := range waiters {
 			if c := s.clients[w.Client]; c != nil {
 				s.answerSubscribeLocked(c, w.Request, w.ID)
+				s.waiterDoneLocked(c)
 			}
 		}
 		s.updateSubGaugesLocked()
@@ -145,8 +146,25 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 		delete(c.subs, w.ID)
 		resp := router.AppendSpliced(nil, msg[m.Start:m.End], rebase(m.ID, m.Start), w.Request.ID)
 		s.deliverLocked(c, w.Request, resp, responseCode(msg, m))
+		s.waiterDoneLocked(c)
 	}
 	s.updateSubGaugesLocked()
+}
+
+// waitLocked records a client eth_subscribe that waits for the node's
+// answer. It counts as in flight for its client like any request, so limits,
+// Shutdown and the IPC close after a parse error wait for its answer.
+func (s *Server) waitLocked(c *Client, key string, w router.Waiter) {
+	s.subs.Wait(key, w)
+	c.inflight++
+	s.metrics.InFlight.Inc()
+}
+
+// waiterDoneLocked accounts for a waiter of c that has been answered.
+func (s *Server) waiterDoneLocked(c *Client) {
+	c.inflight--
+	s.metrics.InFlight.Dec()
+	s.checkIdleLocked()
 }
 
 // answerSubscribeLocked sends a client its subscription id and lets pushes

@@ -56,6 +56,7 @@ func (s *Server) sweep(now time.Time) {
 	for _, w := range s.subs.ExpireWaiters(now) {
 		if c := s.clients[w.Client]; c != nil {
 			delete(c.subs, w.ID)
+			s.waiterDoneLocked(c)
 		}
 		expired = append(expired, w.Request)
 	}

@@ -1,0 +1,134 @@
+package mux
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestShutdownPastGrace: requests still in flight when the grace period
+// ends each get -32002 (reason "shutdown") before their client is closed,
+// over WebSocket and HTTP alike; nothing is dropped without an answer.
+func TestShutdownPastGrace(t *testing.T) {
+	hold := newHolder("eth_call", "eth_subscribe")
+	h := newHarness(t, harnessOpts{})
+	h.fake.SetHandler(hold.handle)
+	fc := h.fake.Conn(t, 1)
+	c := h.dial(t)
+	c.send(`{"jsonrpc":"2.0","id":"call","method":"eth_call","params":[{}]}`)
+	c.send(`{"jsonrpc":"2.0","id":"sub","method":"eth_subscribe","params":["newHeads"]}`)
+
+	front := httptest.NewServer(h.srv)
+	t.Cleanup(front.Close)
+	httpBody := make(chan string, 1)
+	go func() {
+		res, err := http.Post(front.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"eth_call","params":[{"h":1}]}`))
+		if err != nil {
+			httpBody <- "error: " + err.Error()
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		httpBody <- string(b)
+	}()
+	fc.WaitReqs(t, 3)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	got := map[string]resp{}
+	for range 2 {
+		r := parseResp(t, c.recv())
+		got[string(r.ID)] = r
+	}
+	for _, id := range []string{`"call"`, `"sub"`} {
+		r, ok := got[id]
+		if !ok {
+			t.Fatalf("no answer for %s: %v", id, got)
+		}
+		wantError(t, r, id, -32002, "upstream unavailable")
+		if r.reason() != "shutdown" {
+			t.Errorf("%s: reason %q, want shutdown", id, r.reason())
+		}
+	}
+	if _, err := readFrame(c.conn); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Errorf("after the answers: %v, want close 1001", err)
+	}
+	select {
+	case b := <-httpBody:
+		r := parseResp(t, []byte(b))
+		wantError(t, r, `7`, -32002, "upstream unavailable")
+	case <-time.After(testTimeout):
+		t.Fatal("HTTP client got no answer")
+	}
+}
+
+// TestIPCParseErrorWaitsForSubscribe: after malformed JSON an IPC stream is
+// closed, but only once an eth_subscribe still waiting for the node has had
+// its answer.
+func TestIPCParseErrorWaitsForSubscribe(t *testing.T) {
+	hold := newHolder("eth_subscribe")
+	h := newHarness(t, harnessOpts{})
+	h.fake.SetHandler(hold.handle)
+	fc := h.fake.Conn(t, 1)
+	dir, err := os.MkdirTemp("", "muxd-ipc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ln, err := ListenIPC(filepath.Join(dir, "s.ipc"), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go h.srv.ServeIPC(ln)
+	conn, err := net.Dial("unix", filepath.Join(dir, "s.ipc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(testTimeout))
+	if _, err := io.WriteString(conn, `{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	fc.WaitReqs(t, 1)
+	if _, err := io.WriteString(conn, "{bad\n"); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(conn)
+	line, err := rd.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("first line: %v", err)
+	}
+	wantError(t, parseResp(t, line), "null", -32700, "parse error")
+	var held []heldReq
+	eventually(t, "the eth_subscribe to be held", func() bool {
+		held = append(held, hold.take()...)
+		return len(held) > 0
+	})
+	for _, l := range held {
+		fc.Subscribe(l.r)
+	}
+	line, err = rd.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("subscribe answer lost: %v", err)
+	}
+	if r := parseResp(t, line); string(r.ID) != "1" || !subIDPattern.MatchString(string(r.Result)) {
+		t.Fatalf("second line %s, want the subscription id for id 1", line)
+	}
+	if _, err := rd.ReadBytes('\n'); err == nil {
+		t.Fatal("connection still open after the parse error was answered")
+	}
+}
