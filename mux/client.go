@@ -54,12 +54,18 @@ func (c *Client) send(msg []byte) {
 		return
 	}
 	if !c.out.push(msg) {
-		if c.ctx.Err() == nil {
-			c.srv.metrics.SlowConsumers.Inc()
-			c.srv.log.Warn("client too slow, disconnecting", "client", c.id, "transport", c.tr.name(), "queue_limit", c.out.limit)
-			c.shut(closePolicyViolation, "slow consumer")
-		}
+		c.slowConsumer()
 	}
+}
+
+// slowConsumer disconnects a client whose queue bound was hit, once.
+func (c *Client) slowConsumer() {
+	if c.ctx.Err() != nil {
+		return
+	}
+	c.srv.metrics.SlowConsumers.Inc()
+	c.srv.log.Warn("client too slow, disconnecting", "client", c.id, "transport", c.tr.name(), "queue_limit", c.out.limit)
+	c.shut(closePolicyViolation, "slow consumer")
 }
 
 // shut ends the session once: the transport is closed with the reason and

@@ -40,7 +40,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || !jsonContentTypes[mt] {
 		http.Error(w, "invalid content type, only application/json is supported", http.StatusUnsupportedMediaType)
 		return
 	}
@@ -89,6 +89,9 @@ type httpTransport struct{}
 func (*httpTransport) name() string                          { return "http" }
 func (*httpTransport) write(context.Context, [][]byte) error { return nil }
 func (*httpTransport) close(int, string)                     {}
+
+// jsonContentTypes are the request types geth's HTTP endpoint accepts.
+var jsonContentTypes = map[string]bool{"application/json": true, "application/json-rpc": true, "application/jsonrequest": true}
 
 func isUpgrade(r *http.Request) bool {
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")

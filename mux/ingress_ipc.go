@@ -77,10 +77,21 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 		<-c.ctx.Done()
 		conn.Close()
 	}()
-	dec := json.NewDecoder(bufio.NewReaderSize(conn, 64<<10))
+	lr := &valueLimitReader{r: bufio.NewReaderSize(conn, 64<<10), limit: s.cfg.MaxMessageBytes + 64<<10}
+	dec := json.NewDecoder(lr)
+	lr.dec = dec
 	for {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, errValueTooLarge) {
+				// The decoder would buffer an endless value whole; the
+				// stream cannot resync past it either.
+				s.metrics.limit("message_size")
+				s.reply(c, nil, router.ErrorLimit.Because("message too large"))
+				c.finish(closeNormal, "message too large")
+				<-c.ctx.Done()
+				return
+			}
 			var syn *json.SyntaxError
 			if errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF) {
 				// A stream cannot resync after bad JSON: answer -32700,
@@ -99,6 +110,27 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 		}
 		s.dispatch(c, raw)
 	}
+}
+
+var errValueTooLarge = errors.New("ipc: message too large")
+
+// valueLimitReader stops a json.Decoder from buffering one value past limit
+// bytes: it fails once more than limit bytes have been read beyond the end
+// of the last value decoded.
+type valueLimitReader struct {
+	r     io.Reader
+	dec   *json.Decoder
+	read  int64
+	limit int64
+}
+
+func (l *valueLimitReader) Read(p []byte) (int, error) {
+	if l.read-l.dec.InputOffset() > l.limit {
+		return 0, errValueTooLarge
+	}
+	n, err := l.r.Read(p)
+	l.read += int64(n)
+	return n, err
 }
 
 // ListenIPC creates a Unix socket at path with the given file mode. A socket

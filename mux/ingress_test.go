@@ -308,6 +308,8 @@ func TestIngressHTTPErrors(t *testing.T) {
 		{"GET root health check", "GET", "/", "", "", "", http.StatusOK, ""},
 		{"PUT", "PUT", "/", "", "application/json", "{}", http.StatusMethodNotAllowed, ""},
 		{"wrong content type", "POST", "/", "", "text/plain", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusUnsupportedMediaType, "content type"},
+		{"json-rpc content type (geth accepts it)", "POST", "/", "", "application/json-rpc", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"m":"eth_chainId"`},
+		{"jsonrequest content type (geth accepts it)", "POST", "/", "", "application/jsonrequest", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"m":"eth_chainId"`},
 		{"json with charset", "POST", "/", "", "application/json; charset=utf-8", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"m":"eth_chainId"`},
 		{"body too large", "POST", "/", "", "application/json", `{"jsonrpc":"2.0","id":1,"method":"x","params":["` + strings.Repeat("a", 2048) + `"]}`, http.StatusRequestEntityTooLarge, ""},
 		{"notification", "POST", "/", "", "application/json", `{"jsonrpc":"2.0","method":"eth_chainId"}`, http.StatusOK, ""},

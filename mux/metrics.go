@@ -182,6 +182,12 @@ func (m *Metrics) response(code int) {
 		m.responseOK.Inc()
 		return
 	}
+	// The node chooses error codes: only JSON-RPC's reserved range and
+	// geth's execution-reverted code 3 get series of their own.
+	if (code < -32768 || code > -32000) && code != 3 {
+		m.Responses.WithLabelValues("other").Inc()
+		return
+	}
 	m.Responses.WithLabelValues(strconv.Itoa(code)).Inc()
 }
 

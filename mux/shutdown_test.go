@@ -132,3 +132,59 @@ func TestIPCParseErrorWaitsForSubscribe(t *testing.T) {
 		t.Fatal("connection still open after the parse error was answered")
 	}
 }
+
+// TestIPCMessageTooLarge: a value larger than MaxMessageBytes on an IPC
+// stream is not buffered whole: the client gets -32005, the earlier request
+// still its answer, and then the connection is closed.
+func TestIPCMessageTooLarge(t *testing.T) {
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.MaxMessageBytes = 1 << 10 }})
+	dir, err := os.MkdirTemp("", "muxd-ipc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "s.ipc")
+	ln, err := ListenIPC(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go h.srv.ServeIPC(ln)
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(testTimeout))
+	go func() {
+		io.WriteString(conn, `{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}`)
+		// An unterminated string that would grow without end.
+		io.WriteString(conn, `{"jsonrpc":"2.0","id":2,"method":"x","params":["`)
+		chunk := strings.Repeat("a", 64<<10)
+		for i := 0; i < 64; i++ { // 4 MiB, far past the 1 KiB limit
+			if _, err := io.WriteString(conn, chunk); err != nil {
+				return
+			}
+		}
+	}()
+	rd := bufio.NewReader(conn)
+	var lines []resp
+	for {
+		line, err := rd.ReadBytes('\n')
+		if err != nil {
+			break
+		}
+		lines = append(lines, parseResp(t, line))
+	}
+	if len(lines) != 2 {
+		t.Fatalf("got %d answers, want the call's and -32005: %v", len(lines), lines)
+	}
+	byID := map[string]resp{}
+	for _, r := range lines {
+		byID[string(r.ID)] = r
+	}
+	if r := byID["1"]; r.echoMethod() != "eth_chainId" {
+		t.Errorf("call answer %s", r.Raw)
+	}
+	wantError(t, byID["null"], "null", -32005, "limit exceeded")
+}

@@ -274,7 +274,15 @@ func (s *Server) routePush(u *upstreamConn, frame []byte, m *router.Message) {
 		if !mem.Ready {
 			// Its answer has not been sent yet (a batch still being
 			// answered): the push follows the answer.
+			// Held pushes count against the client's queue bound
+			// like queued ones: a batch kept open long cannot pile
+			// them up without end.
+			if mem.HeldBytes+len(msg) > s.cfg.OutboundQueueBytes {
+				c.slowConsumer()
+				continue
+			}
 			mem.Held = append(mem.Held, msg)
+			mem.HeldBytes += len(msg)
 			continue
 		}
 		c.send(msg)

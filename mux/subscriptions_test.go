@@ -336,6 +336,27 @@ func TestSubscriptions(t *testing.T) {
 		c.recvPush(sub, `"late"`)
 	})
 
+	t.Run("held pushes are bounded", func(t *testing.T) {
+		t.Parallel()
+		// Pushes held for a batch that stays open count against the
+		// queue bound: past it the client is a slow consumer.
+		hold := newHolder("eth_slow")
+		h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.OutboundQueueBytes = 4 << 10; c.RequestTimeout = time.Minute }})
+		h.fake.SetHandler(hold.handle)
+		c := h.dial(t)
+		c.send(`[{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]},{"jsonrpc":"2.0","id":2,"method":"eth_slow","params":[]}]`)
+		fc := h.fake.Conn(t, 1)
+		fc.WaitLiveSubs(t, 1)
+		big := `"` + strings.Repeat("h", 1<<10) + `"`
+		for range 8 {
+			fc.PushAll(t, big)
+		}
+		eventually(t, "a slow-consumer disconnect", func() bool { return counterValue(h.srv.metrics.SlowConsumers) == 1 })
+		if _, err := readUntilClosed(c.conn); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("key re-created while its eth_subscribe is in flight", func(t *testing.T) {
 		t.Parallel()
 		// The only holder leaves while muxd's eth_subscribe is

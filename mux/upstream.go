@@ -68,7 +68,7 @@ func (s *Server) serveUpstream(ctx context.Context, rc *reconnect.Conn) error {
 		out.frames = append(out.frames, w.p.Frame)
 	}
 	s.mu.Unlock()
-	s.log.Info("upstream connected", "gen", rc.Gen, "sent_waiting", len(waiting))
+	s.log.Info("upstream session started", "gen", rc.Gen, "sent_waiting", len(waiting), "resubscribed", len(out.frames)-len(waiting))
 	u.send(out.frames...)
 
 	err := s.readUpstream(ctx, u)

@@ -35,6 +35,8 @@ type Member struct {
 	// the rest of its batch is still awaited. SetReady hands them over,
 	// to be sent right after the answer, as geth does.
 	Held [][]byte
+	// HeldBytes is the size of Held.
+	HeldBytes int
 }
 
 // Waiter is a client eth_subscribe waiting for the upstream's answer.
@@ -104,7 +106,7 @@ func (t *Subscriptions) SetReady(subID string) (held [][]byte) {
 	for i := range sh.Members {
 		if m := &sh.Members[i]; m.ID == subID {
 			m.Ready = true
-			held, m.Held = m.Held, nil
+			held, m.Held, m.HeldBytes = m.Held, nil, 0
 			return held
 		}
 	}
