@@ -51,13 +51,13 @@ type Shared struct {
 	Key      string
 	Params   []byte // eth_subscribe params as the first client wrote them
 	State    SubState
-	Upstream string   // the node's subscription id as a JSON string; "" unless live
+	Upstream string // the node's subscription id as a JSON string; "" unless live
 	// Attempt is the upstream request id of the eth_subscribe in flight
 	// for this key (state SubSubscribing), so that the answer to an older
 	// attempt is never taken for the current one.
 	Attempt uint64
-	Members  []Member // every client subscription on this key, waiters included
-	Waiters  []Waiter // answers owed once the upstream answers
+	Members []Member // every client subscription on this key, waiters included
+	Waiters []Waiter // answers owed once the upstream answers
 }
 
 // Subscriptions is the second routing table: client subscription id <->

@@ -14,7 +14,7 @@ func TestSubscriptionKey(t *testing.T) {
 		{`["logs",{"address":"0xAB","topics":["0xCD"]}]`, `["logs",{"topics":["0xcd"],"address":"0xab"}]`, true},
 		{`["logs",{"address":"0xab"}]`, `["logs",{"address":"0xac"}]`, false},
 		{`["newPendingTransactions",true]`, `["newPendingTransactions"]`, false},
-		{`["newHeads"]`, `["newheads"]`, false}, // names are compared exactly
+		{`["newHeads"]`, `["newheads"]`, false},                   // names are compared exactly
 		{`["x",{"data":"0xAB"}]`, `["x",{"data":"0xab"}]`, false}, // hex is folded only for logs filters
 	}
 	for _, tt := range tests {
