@@ -103,11 +103,7 @@ func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *r
 			// array is queued before s.mu is released so that no push
 			// can overtake it.
 			c.send(b.Encode())
-			for _, sub := range b.Subs {
-				for _, m := range s.subs.SetReady(sub) {
-					c.send(m)
-				}
-			}
+			s.activateLocked(c, b.Subs...)
 		}
 	}
 	s.mu.Unlock()
@@ -242,13 +238,7 @@ func (s *Server) deliverLocked(c *Client, p router.Pending, resp []byte, code in
 			return
 		}
 		c.send(p.Batch.Encode())
-		// The batch's subscriptions get pushes from now on, first those
-		// that came while the rest of the batch was awaited.
-		for _, sub := range p.Batch.Subs {
-			for _, m := range s.subs.SetReady(sub) {
-				c.send(m)
-			}
-		}
+		s.activateLocked(c, p.Batch.Subs...)
 		return
 	}
 	c.send(resp)

@@ -176,9 +176,19 @@ func (s *Server) answerSubscribeLocked(c *Client, p router.Pending, subID string
 	}
 	s.deliverLocked(c, p, resp, 0)
 	if p.Batch == nil {
-		for _, m := range s.subs.SetReady(subID) {
+		s.activateLocked(c, subID)
+	}
+}
+
+// activateLocked lets pushes reach c's subscriptions subIDs from now on,
+// once their answer is queued; pushes held for them until now go first.
+func (s *Server) activateLocked(c *Client, subIDs ...string) {
+	for _, sub := range subIDs {
+		held := s.subs.SetReady(sub)
+		for _, m := range held {
 			c.send(m)
 		}
+		s.metrics.Pushes.Add(float64(len(held)))
 	}
 }
 

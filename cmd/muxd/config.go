@@ -217,7 +217,7 @@ func (c *Config) problems() *multierror.Error {
 		}
 	}
 	if c.MaxBatch > c.MaxInFlight {
-		add("max_batch (%d) is larger than max_in_flight (%d): such a batch could never be served", c.MaxBatch, c.MaxInFlight)
+		add("max_batch (%d) is larger than max_in_flight (%d): a full batch would always be partly refused with -32005", c.MaxBatch, c.MaxInFlight)
 	}
 	return errs
 }

@@ -64,11 +64,20 @@ func openListeners(cfg *Config, log *slog.Logger) (*listeners, error) {
 		}
 	}
 	if ls.ipc == nil && cfg.IPC != "" {
-		if ls.ipc, err = mux.ListenIPC(cfg.IPC, cfg.ipcMode()); err != nil {
+		// With a group, the socket is created owner-only, given its group,
+		// and only then opened to ipc_mode: never more open than asked,
+		// not even to muxd's own primary group for an instant.
+		mode := cfg.ipcMode()
+		if cfg.IPCGroup != "" {
+			mode = 0o600
+		}
+		if ls.ipc, err = mux.ListenIPC(cfg.IPC, mode); err != nil {
 			errs = multierror.Append(errs, err)
 		} else if cfg.IPCGroup != "" {
 			if err := chgrp(cfg.IPC, cfg.IPCGroup); err != nil {
 				errs = multierror.Append(errs, err)
+			} else if err := os.Chmod(cfg.IPC, cfg.ipcMode()); err != nil {
+				errs = multierror.Append(errs, fmt.Errorf("ipc_mode: %w", err))
 			}
 		}
 	}
