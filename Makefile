@@ -5,6 +5,8 @@
 #   make geth   install the pinned geth into .bin/geth (scripts/install-geth.sh)
 #   make fuzz   short fuzz runs of every FuzzXxx target (FUZZTIME each, default 20s)
 #   make dev    geth --dev on ws://127.0.0.1:8546 + muxd on ws://127.0.0.1:8547
+#   make bench-smoke  the benchmark suite (integration/bench) at tiny sizes, seconds,
+#               no thresholds; the full suite is `go run ./integration/bench`
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -14,7 +16,7 @@ GO ?= go
 FUZZTIME ?= 20s
 GETH_BIN := $(CURDIR)/.bin/geth
 
-.PHONY: test geth fuzz dev
+.PHONY: test geth fuzz dev bench-smoke
 
 # With MUXD_GETH set the install is skipped and that binary is used. A failed
 # install is fatal under CI=true; locally the geth tests then skip instead.
@@ -42,3 +44,7 @@ fuzz:
 
 dev:
 	@bash scripts/dev.sh
+
+# ---- bench-smoke: the benchmark suite at tiny sizes (also run by .ci/run) --
+bench-smoke:
+	$(GO) run ./integration/bench -smoke -q

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary serve as the bench's child processes: the
+// bench re-executes os.Args[0] with childEnv set.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmoke runs the whole suite with tiny sizes and checks its shape: every
+// figure present and positive, muxd on exactly one upstream socket per
+// workload, direct and relay on one per client. No thresholds.
+func TestSmoke(t *testing.T) {
+	o := smokeOptions()
+	o.Duration, o.Warmup = 500*time.Millisecond, 50*time.Millisecond
+	o.Clients, o.Window = 4, 4
+	o.FanoutSizes, o.Pushes = []int{10, 30}, 5
+	o.Idle, o.Settle = 50, 100*time.Millisecond
+	if testing.Verbose() {
+		o.Progress = os.Stderr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	clients := map[string]int64{"a": 1, "b": int64(o.Clients), "c": int64(o.Clients), "d10": 10, "d30": 30, "e": int64(o.Idle)}
+	wantKeys := []string{"a.p50", "a.p99", "b.rps", "b.cpu", "c.rps", "c.cpu", "d10.p50", "d10.p99", "d30.p50", "d30.p99", "e.rss"}
+	got := map[string]*Row{}
+	for _, r := range rep.Rows {
+		got[r.Key] = r
+	}
+	for _, k := range wantKeys {
+		r := got[k]
+		if r == nil {
+			t.Errorf("figure %s missing", k)
+			continue
+		}
+		modes := []string{"direct", "relay", "muxd"}
+		if strings.HasSuffix(k, ".cpu") || k == "e.rss" {
+			modes = []string{"relay", "muxd"} // no proxy process in direct mode
+			if _, ok := r.Value["direct"]; ok {
+				t.Errorf("%s: direct has a value, but there is no proxy process", k)
+			}
+		}
+		for _, m := range modes {
+			if v, ok := r.Value[m]; !ok || !(v > 0) {
+				t.Errorf("%s %s = %v (present %v), want > 0", k, m, v, ok)
+			}
+			if n := len(r.Samples[m]); n != o.Reps {
+				t.Errorf("%s %s: %d samples, want %d", k, m, n, o.Reps)
+			}
+		}
+		if r.MuxdRelay == nil || !(*r.MuxdRelay > 0) {
+			t.Errorf("%s: no muxd/relay ratio", k)
+		}
+		if len(modes) == 3 && (r.MuxdDirect == nil || !(*r.MuxdDirect > 0)) {
+			t.Errorf("%s: no muxd/direct ratio", k)
+		}
+		n := clients[r.Workload]
+		if c := r.UpstreamConns["muxd"]; c != 1 {
+			t.Errorf("%s: muxd used %d upstream connections, want 1", k, c)
+		}
+		if c := r.UpstreamConns["relay"]; c != n {
+			t.Errorf("%s: relay used %d upstream connections, want %d (one per client)", k, c, n)
+		}
+		if len(modes) == 3 {
+			if c := r.UpstreamConns["direct"]; c != n {
+				t.Errorf("%s: direct used %d upstream connections, want %d", k, c, n)
+			}
+		}
+	}
+	if len(rep.Rows) != len(wantKeys) {
+		t.Errorf("%d rows, want %d", len(rep.Rows), len(wantKeys))
+	}
+
+	var tbl bytes.Buffer
+	rep.WriteTable(&tbl)
+	for _, s := range []string{"muxd/relay", "BASELINE", "upstream conns"} {
+		if !strings.Contains(tbl.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, tbl.String())
+		}
+	}
+	js, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Rows) != len(rep.Rows) {
+		t.Errorf("JSON round trip: %v, %d rows", err, len(back.Rows))
+	}
+	t.Logf("\n%s", tbl.String())
+}

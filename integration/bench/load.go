@@ -1,0 +1,418 @@
+package main
+
+// The load-generating clients; they run in the bench's own process.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+func dialWS(ctx context.Context, url string) (*websocket.Conn, error) {
+	c, _, err := websocket.Dial(ctx, url, dialOpts)
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(readLimit)
+	return c, nil
+}
+
+// dialMany opens n sockets with bounded parallelism; each is passed to
+// setup (may be nil) before it counts as open.
+func dialMany(ctx context.Context, url string, n int, setup func(i int, c *websocket.Conn) error) ([]*websocket.Conn, error) {
+	conns := make([]*websocket.Conn, n)
+	var (
+		wg    sync.WaitGroup
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+	)
+	par := min(64, n)
+	for range par {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				mu.Lock()
+				failed := first != nil
+				mu.Unlock()
+				if failed {
+					return
+				}
+				c, err := dialWS(ctx, url)
+				if err == nil && setup != nil {
+					err = setup(i, c)
+				}
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("client %d of %d: %w", i, n, err)
+					}
+					mu.Unlock()
+					if c != nil {
+						c.CloseNow()
+					}
+					return
+				}
+				conns[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		closeAll(conns)
+		return nil, first
+	}
+	return conns, nil
+}
+
+func closeAll(conns []*websocket.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.CloseNow()
+		}
+	}
+}
+
+// appendCall appends one eth_call-shaped request with the given id.
+func appendCall(b []byte, id int64) []byte {
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, `,"method":"eth_call","params":[{"to":"0x6b175474e89094c44da98b954eedeac495271d0f","data":"0x70a08231000000000000000000000000f39fd6e51aad88f6f4ce6ab8827279cfffb92266"},"latest"]}`...)
+	return b
+}
+
+var resultKey = []byte(`"result":`)
+
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// ---- (a) latency --------------------------------------------------------
+
+func runLatency(ctx context.Context, e *env, o Options) (p50, p99 float64, err error) {
+	c, err := dialWS(ctx, e.target)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.CloseNow()
+	var buf []byte
+	var lats []float64
+	id := int64(0)
+	warmEnd := time.Now().Add(o.Warmup)
+	end := warmEnd.Add(o.Duration)
+	for {
+		now := time.Now()
+		if now.After(end) {
+			break
+		}
+		id++
+		buf = appendCall(buf[:0], id)
+		t0 := time.Now()
+		if err := c.Write(ctx, websocket.MessageText, buf); err != nil {
+			return 0, 0, err
+		}
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		d := time.Since(t0)
+		if !bytes.Contains(msg, resultKey) {
+			return 0, 0, fmt.Errorf("latency: bad response %.200s", msg)
+		}
+		if t0.After(warmEnd) {
+			lats = append(lats, float64(d)/float64(time.Microsecond))
+		}
+	}
+	slices.Sort(lats)
+	if len(lats) == 0 {
+		return 0, 0, errors.New("latency: no samples")
+	}
+	return percentile(lats, 0.50), percentile(lats, 0.99), nil
+}
+
+// ---- (b), (c) closed-loop throughput ------------------------------------
+
+// runThroughput runs o.Clients clients with o.Window messages outstanding
+// each; a message is a single request (batch <= 1) or a batch of that many.
+// It returns answered requests (batch elements) per second and the proxy's
+// CPU seconds per million of them (0 when there is no proxy).
+func runThroughput(ctx context.Context, e *env, o Options, batch int) (perSec, cpuPerM float64, err error) {
+	conns, err := dialMany(ctx, e.target, o.Clients, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer closeAll(conns)
+	loadCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var done, bad atomic.Int64
+	var wg sync.WaitGroup
+	var errOnce sync.Once
+	var loadErr error
+	fail := func(err error) {
+		if loadCtx.Err() != nil {
+			return
+		}
+		errOnce.Do(func() { loadErr = err; stop() })
+	}
+	for _, c := range conns {
+		tokens := make(chan struct{}, o.Window)
+		for range o.Window {
+			tokens <- struct{}{}
+		}
+		wg.Go(func() { // writer
+			var buf []byte
+			id := int64(0)
+			for {
+				select {
+				case <-loadCtx.Done():
+					return
+				case <-tokens:
+				}
+				buf = buf[:0]
+				if batch > 1 {
+					buf = append(buf, '[')
+					for k := range batch {
+						if k > 0 {
+							buf = append(buf, ',')
+						}
+						id++
+						buf = appendCall(buf, id)
+					}
+					buf = append(buf, ']')
+				} else {
+					id++
+					buf = appendCall(buf, id)
+				}
+				if err := c.Write(loadCtx, websocket.MessageText, buf); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+		wg.Go(func() { // reader
+			want := int64(max(batch, 1))
+			for {
+				_, msg, err := c.Read(loadCtx)
+				if err != nil {
+					fail(err)
+					return
+				}
+				got := int64(bytes.Count(msg, resultKey))
+				done.Add(got)
+				if got != want {
+					bad.Add(want - got)
+				}
+				tokens <- struct{}{}
+			}
+		})
+	}
+	select {
+	case <-time.After(o.Warmup):
+	case <-loadCtx.Done():
+	}
+	n0, cpu0, t0 := done.Load(), e.proxyCPU(), time.Now()
+	select {
+	case <-time.After(o.Duration):
+	case <-loadCtx.Done():
+	}
+	n1, cpu1, t1 := done.Load(), e.proxyCPU(), time.Now()
+	stop()
+	closeAll(conns)
+	wg.Wait()
+	if loadErr != nil {
+		return 0, 0, loadErr
+	}
+	if b := bad.Load(); b != 0 {
+		return 0, 0, fmt.Errorf("throughput: %d responses without a result", b)
+	}
+	n := float64(n1 - n0)
+	if n <= 0 {
+		return 0, 0, errors.New("throughput: nothing answered")
+	}
+	perSec = n / t1.Sub(t0).Seconds()
+	if e.proxy != nil {
+		cpuPerM = (cpu1 - cpu0).Seconds() / n * 1e6
+	}
+	return perSec, cpuPerM, nil
+}
+
+func (e *env) proxyCPU() time.Duration {
+	if e.proxy == nil {
+		return 0
+	}
+	d, _ := e.proxy.cpu()
+	return d
+}
+
+// ---- (d) fan-out --------------------------------------------------------
+
+// runFanout subscribes n clients to newHeads, has the upstream push
+// o.Pushes notifications one at a time, and returns the p50/p99 (ms) of the
+// time from the upstream's write (its wall-clock stamp in the payload) until
+// the last of the n clients has read it.
+func runFanout(ctx context.Context, e *env, o Options, n int) (p50, p99 float64, err error) {
+	warm := 2
+	total := o.pushesFor(n) + warm
+	cnt := make([]atomic.Int64, total)
+	last := make([]atomic.Int64, total)
+	stamp := make([]atomic.Int64, total)
+	all := make([]chan struct{}, total)
+	for i := range all {
+		all[i] = make(chan struct{})
+	}
+	readCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var stray atomic.Int64
+	sub := []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}`)
+	conns, err := dialMany(ctx, e.target, n, func(i int, c *websocket.Conn) error {
+		if err := c.Write(ctx, websocket.MessageText, sub); err != nil {
+			return err
+		}
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(msg, resultKey) {
+			return fmt.Errorf("subscribe: %.200s", msg)
+		}
+		wg.Go(func() {
+			for {
+				_, msg, err := c.Read(readCtx)
+				if err != nil {
+					return
+				}
+				at := time.Now().UnixNano()
+				seq, ts, ok := parsePush(msg)
+				if !ok || seq < 0 || seq >= total {
+					stray.Add(1)
+					continue
+				}
+				stamp[seq].Store(ts)
+				for {
+					old := last[seq].Load()
+					if at <= old || last[seq].CompareAndSwap(old, at) {
+						break
+					}
+				}
+				if cnt[seq].Add(1) == int64(n) {
+					close(all[seq])
+				}
+			}
+		})
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer closeAll(conns)
+	var lats []float64
+	for seq := range total {
+		var pr pushReply
+		if err := ctlGet(ctx, e.upstream, "/ctl/push?seq="+strconv.Itoa(seq), &pr); err != nil {
+			return 0, 0, err
+		}
+		select {
+		case <-all[seq]:
+		case <-time.After(30 * time.Second):
+			return 0, 0, fmt.Errorf("fan-out: push %d reached %d of %d clients in 30s", seq, cnt[seq].Load(), n)
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		}
+		if seq >= warm {
+			lats = append(lats, float64(last[seq].Load()-stamp[seq].Load())/1e6)
+		}
+		time.Sleep(o.PushGap)
+	}
+	if s := stray.Load(); s > 0 {
+		return 0, 0, fmt.Errorf("fan-out: %d unexpected messages", s)
+	}
+	slices.Sort(lats)
+	return percentile(lats, 0.50), percentile(lats, 0.99), nil
+}
+
+var (
+	seqKey = []byte(`"bench_seq":`)
+	tsKey  = []byte(`"bench_ts":`)
+)
+
+func parsePush(msg []byte) (seq int, ts int64, ok bool) {
+	i := bytes.Index(msg, seqKey)
+	if i < 0 {
+		return 0, 0, false
+	}
+	rest := msg[i+len(seqKey):]
+	j := bytes.IndexByte(rest, ',')
+	if j < 0 {
+		return 0, 0, false
+	}
+	s, err := strconv.Atoi(string(rest[:j]))
+	if err != nil {
+		return 0, 0, false
+	}
+	rest = rest[j+1:]
+	if !bytes.HasPrefix(rest, tsKey) || len(rest) < len(tsKey)+tsWidth {
+		return 0, 0, false
+	}
+	t, err := strconv.ParseInt(string(rest[len(tsKey):len(tsKey)+tsWidth]), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return s, t, true
+}
+
+// ---- (e) idle clients ------------------------------------------------------
+
+// runIdle opens n idle sockets and returns the proxy's RSS growth per client
+// in KiB.
+func runIdle(ctx context.Context, e *env, o Options, n int) (float64, error) {
+	time.Sleep(o.Settle / 2)
+	before, err := e.proxy.rssKiB()
+	if err != nil {
+		return 0, err
+	}
+	conns, err := dialMany(ctx, e.target, n, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer closeAll(conns)
+	if e.mode == "relay" {
+		// every relay session has dialled its upstream socket
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st, err := upstreamStatsOf(ctx, e.upstream)
+			if err != nil {
+				return 0, err
+			}
+			if st.Current >= int64(n) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("idle: relay has %d of %d upstream sockets", st.Current, n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(o.Settle)
+	after, err := e.proxy.rssKiB()
+	if err != nil {
+		return 0, err
+	}
+	return float64(after-before) / float64(n), nil
+}

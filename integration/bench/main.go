@@ -1,0 +1,469 @@
+// Command bench measures muxd side by side with clients connected straight
+// to the upstream (direct) and with a dumb 1:1 WebSocket relay (the
+// baseline: the floor any proxy pays for the extra hop), against the same
+// fast upstream, on loopback.
+//
+//	go run ./integration/bench                 # full suite, table on stdout
+//	go run ./integration/bench -smoke          # tiny sizes, seconds (CI)
+//	go run ./integration/bench -json -out r.json
+//	go run ./integration/bench -check          # exit 1 if a target is missed
+//
+// The upstream, the relay and muxd each run as a child process (this binary
+// re-executed with -role), so the CPU (utime+stime from /proc/<pid>/stat)
+// and RSS (VmRSS) figures are the proxy process's own; the load-generating
+// clients run in this process. Every measurement gets a fresh upstream and
+// proxy; the upstream counts the WebSocket connections it accepted.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Options sizes a run.
+type Options struct {
+	Reps        int
+	Duration    time.Duration // per throughput/latency measurement
+	Warmup      time.Duration
+	Clients     int // (b), (c)
+	Window      int // outstanding messages per client
+	Batch       int // (c)
+	FanoutSizes []int
+	Pushes      int // measured pushes per fan-out measurement
+	PushGap     time.Duration
+	Idle        int // (e)
+	Settle      time.Duration
+	Smoke       bool
+	Progress    io.Writer // nil: quiet
+}
+
+func fullOptions() Options {
+	return Options{
+		Reps: 3, Duration: 1500 * time.Millisecond, Warmup: 300 * time.Millisecond,
+		Clients: 100, Window: 8, Batch: 10,
+		FanoutSizes: []int{1000, 10000}, Pushes: 40, PushGap: 5 * time.Millisecond,
+		Idle: 10000, Settle: time.Second,
+	}
+}
+
+func smokeOptions() Options {
+	return Options{
+		Reps: 1, Duration: time.Second, Warmup: 100 * time.Millisecond,
+		Clients: 10, Window: 8, Batch: 10,
+		FanoutSizes: []int{50, 100}, Pushes: 10, PushGap: time.Millisecond,
+		Idle: 200, Settle: 200 * time.Millisecond, Smoke: true,
+	}
+}
+
+// pushesFor is the number of measured pushes at n subscribers: o.Pushes up
+// to 1000, fewer above (each push to 10k sockets costs ~0.3-0.7 s here), at
+// least 12.
+func (o Options) pushesFor(n int) int {
+	if n <= 1000 {
+		return o.Pushes
+	}
+	return min(o.Pushes, max(12, o.Pushes*1000/n))
+}
+
+var modes = []string{"direct", "relay", "muxd"}
+
+// Row is one figure.
+type Row struct {
+	Key      string `json:"key"`
+	Workload string `json:"workload"`
+	Name     string `json:"name"`
+	Unit     string `json:"unit"`
+	// Better is "lower" or "higher".
+	Better string `json:"better"`
+	// Median over the repetitions, per mode; absent where the figure does
+	// not apply (no proxy process in direct mode).
+	Value   map[string]float64   `json:"value"`
+	Samples map[string][]float64 `json:"samples"`
+	// MuxdRelay and MuxdDirect are muxd's median divided by the other's.
+	MuxdRelay  *float64 `json:"muxd_relay,omitempty"`
+	MuxdDirect *float64 `json:"muxd_direct,omitempty"`
+	Target     string   `json:"target,omitempty"`
+	TargetMet  *bool    `json:"target_met,omitempty"`
+	// UpstreamConns is the number of WebSocket connections the upstream
+	// accepted during the measurement (max over the repetitions).
+	UpstreamConns map[string]int64 `json:"upstream_conns"`
+
+	target func(r *Row) (string, *bool)
+}
+
+// Report is the whole run.
+type Report struct {
+	Started     time.Time `json:"started"`
+	ElapsedSec  float64   `json:"elapsed_s"`
+	GoVersion   string    `json:"go_version"`
+	NumCPU      int       `json:"num_cpu"`
+	GOMAXPROCS  int       `json:"gomaxprocs"`
+	NofileLimit uint64    `json:"nofile_limit"`
+	Options     struct {
+		Reps        int     `json:"reps"`
+		DurationSec float64 `json:"duration_s"`
+		Clients     int     `json:"clients"`
+		Window      int     `json:"window"`
+		Batch       int     `json:"batch"`
+		FanoutSizes []int   `json:"fanout_sizes"`
+		Pushes      int     `json:"pushes"`
+		Idle        int     `json:"idle"`
+		Smoke       bool    `json:"smoke"`
+	} `json:"options"`
+	Rows  []*Row   `json:"rows"`
+	Notes []string `json:"notes,omitempty"`
+}
+
+func ratioTarget(limit float64, higher bool) func(r *Row) (string, *bool) {
+	return func(r *Row) (string, *bool) {
+		op := "<="
+		if higher {
+			op = ">="
+		}
+		s := fmt.Sprintf("muxd/relay %s %.2f", op, limit)
+		if r.MuxdRelay == nil {
+			return s, nil
+		}
+		ok := *r.MuxdRelay <= limit
+		if higher {
+			ok = *r.MuxdRelay >= limit
+		}
+		return s, &ok
+	}
+}
+
+func absTarget(limit float64, unit string) func(r *Row) (string, *bool) {
+	return func(r *Row) (string, *bool) {
+		s := fmt.Sprintf("muxd <= %g %s", limit, unit)
+		v, ok := r.Value["muxd"]
+		if !ok {
+			return s, nil
+		}
+		met := v <= limit
+		return s, &met
+	}
+}
+
+// measurement is one workload run in one mode, producing figures by key.
+type measurement struct {
+	workload string
+	modes    []string
+	run      func(ctx context.Context, e *env) (map[string]float64, error)
+}
+
+// Run executes the suite.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	start := time.Now()
+	rep := &Report{Started: start, GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	maxN := o.Idle
+	for _, n := range o.FanoutSizes {
+		maxN = max(maxN, n)
+	}
+	// The relay holds two sockets per client; leave room for the rest.
+	rep.NofileLimit = raiseNofile(uint64(2*maxN + 4096))
+	capN := func(n int) int {
+		avail := (int(rep.NofileLimit) - 32) / 2
+		if n > avail {
+			note := fmt.Sprintf("RLIMIT_NOFILE %d (hard limit, could not be raised): %d clients reduced to %d (the relay holds 2 sockets per client)", rep.NofileLimit, n, avail)
+			if !slices.Contains(rep.Notes, note) {
+				rep.Notes = append(rep.Notes, note)
+			}
+			return max(avail, 1)
+		}
+		return n
+	}
+	idle := capN(o.Idle)
+	var sizes []int
+	for _, n := range o.FanoutSizes {
+		sizes = append(sizes, capN(n))
+	}
+	rep.Options.Reps, rep.Options.DurationSec = o.Reps, o.Duration.Seconds()
+	rep.Options.Clients, rep.Options.Window, rep.Options.Batch = o.Clients, o.Window, o.Batch
+	rep.Options.FanoutSizes, rep.Options.Pushes, rep.Options.Idle, rep.Options.Smoke = sizes, o.Pushes, idle, o.Smoke
+
+	rows := map[string]*Row{}
+	addRow := func(r *Row) {
+		r.Value, r.Samples, r.UpstreamConns = map[string]float64{}, map[string][]float64{}, map[string]int64{}
+		rows[r.Key] = r
+		rep.Rows = append(rep.Rows, r)
+	}
+	addRow(&Row{Key: "a.p50", Workload: "a", Name: "(a) 1 client sequential: latency p50", Unit: "µs", Better: "lower", target: ratioTarget(1.15, false)})
+	addRow(&Row{Key: "a.p99", Workload: "a", Name: "(a) 1 client sequential: latency p99", Unit: "µs", Better: "lower", target: ratioTarget(1.3, false)})
+	bName := fmt.Sprintf("(b) %d clients x %d outstanding", o.Clients, o.Window)
+	addRow(&Row{Key: "b.rps", Workload: "b", Name: bName + ": throughput", Unit: "req/s", Better: "higher", target: ratioTarget(0.9, true)})
+	addRow(&Row{Key: "b.cpu", Workload: "b", Name: bName + ": proxy CPU per 1M req", Unit: "CPU-s", Better: "lower", target: ratioTarget(1.2, false)})
+	cName := fmt.Sprintf("(c) batches of %d, %d clients x %d outstanding", o.Batch, o.Clients, o.Window)
+	addRow(&Row{Key: "c.rps", Workload: "c", Name: cName + ": throughput", Unit: "elem/s", Better: "higher"})
+	addRow(&Row{Key: "c.cpu", Workload: "c", Name: cName + ": proxy CPU per 1M elem", Unit: "CPU-s", Better: "lower"})
+	for i, n := range sizes {
+		w := fmt.Sprintf("d%d", n)
+		var t func(r *Row) (string, *bool)
+		if i == len(sizes)-1 && !o.Smoke {
+			t = absTarget(200, "ms")
+		}
+		k := o.pushesFor(n)
+		addRow(&Row{Key: w + ".p50", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers: last delivery p50 of %d", n, k), Unit: "ms", Better: "lower"})
+		addRow(&Row{Key: w + ".p99", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers: last delivery p99 of %d", n, k), Unit: "ms", Better: "lower", target: t})
+	}
+	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients: proxy RSS per client", idle), Unit: "KiB", Better: "lower", target: absTarget(24, "KiB")})
+
+	ms := []measurement{
+		{"a", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
+			p50, p99, err := runLatency(ctx, e, o)
+			return map[string]float64{"a.p50": p50, "a.p99": p99}, err
+		}},
+		{"b", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
+			rps, cpu, err := runThroughput(ctx, e, o, 1)
+			return map[string]float64{"b.rps": rps, "b.cpu": cpu}, err
+		}},
+		{"c", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
+			rps, cpu, err := runThroughput(ctx, e, o, o.Batch)
+			return map[string]float64{"c.rps": rps, "c.cpu": cpu}, err
+		}},
+	}
+	for _, n := range sizes {
+		w := fmt.Sprintf("d%d", n)
+		ms = append(ms, measurement{w, modes, func(ctx context.Context, e *env) (map[string]float64, error) {
+			p50, p99, err := runFanout(ctx, e, o, n)
+			return map[string]float64{w + ".p50": p50, w + ".p99": p99}, err
+		}})
+	}
+	ms = append(ms, measurement{"e", []string{"relay", "muxd"}, func(ctx context.Context, e *env) (map[string]float64, error) {
+		v, err := runIdle(ctx, e, o, idle)
+		return map[string]float64{"e.rss": v}, err
+	}})
+
+	for _, m := range ms {
+		for r := range o.Reps {
+			// relay and muxd alternate which goes first; direct last.
+			order := []string{"relay", "muxd", "direct"}
+			if r%2 == 1 {
+				order = []string{"muxd", "relay", "direct"}
+			}
+			for _, mode := range order {
+				if !slices.Contains(m.modes, mode) {
+					continue
+				}
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				t0 := time.Now()
+				figs, conns, err := measure(ctx, mode, m.run)
+				if err != nil {
+					return nil, fmt.Errorf("workload %s, %s, rep %d: %w", m.workload, mode, r+1, err)
+				}
+				for k, v := range figs {
+					if mode == "direct" && strings.HasSuffix(k, ".cpu") {
+						continue // no proxy process
+					}
+					rows[k].Samples[mode] = append(rows[k].Samples[mode], v)
+				}
+				for _, row := range rep.Rows {
+					if row.Workload == m.workload {
+						row.UpstreamConns[mode] = max(row.UpstreamConns[mode], conns)
+					}
+				}
+				if o.Progress != nil {
+					fmt.Fprintf(o.Progress, "bench: %-6s rep %d %-6s %5.1fs %v conns=%d\n", m.workload, r+1, mode, time.Since(t0).Seconds(), fmtFigs(figs), conns)
+				}
+			}
+		}
+	}
+	for _, row := range rep.Rows {
+		for mode, s := range row.Samples {
+			row.Value[mode] = median(s)
+		}
+		mv, okm := row.Value["muxd"]
+		if rv, ok := row.Value["relay"]; ok && okm && rv != 0 {
+			x := mv / rv
+			row.MuxdRelay = &x
+		}
+		if dv, ok := row.Value["direct"]; ok && okm && dv != 0 {
+			x := mv / dv
+			row.MuxdDirect = &x
+		}
+		if row.target != nil {
+			row.Target, row.TargetMet = row.target(row)
+		}
+	}
+	rep.ElapsedSec = time.Since(start).Seconds()
+	return rep, nil
+}
+
+func fmtFigs(f map[string]float64) string {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%.4g ", k, f[k])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// measure starts a fresh upstream (and proxy), runs fn, and returns its
+// figures and the number of connections the upstream accepted.
+func measure(ctx context.Context, mode string, fn func(context.Context, *env) (map[string]float64, error)) (map[string]float64, int64, error) {
+	e, err := startEnv(mode)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer e.stop()
+	figs, err := fn(ctx, e)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := upstreamStatsOf(ctx, e.upstream)
+	if err != nil {
+		return nil, 0, err
+	}
+	return figs, st.Accepted, nil
+}
+
+func median(s []float64) float64 {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	n := len(c)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return c[n/2]
+	}
+	return (c[n/2-1] + c[n/2]) / 2
+}
+
+// WriteTable prints the report as a table.
+func (rep *Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "muxd bench: %s, %d CPUs, GOMAXPROCS %d, %d reps (medians), %gs per throughput measurement, elapsed %.0fs\n",
+		rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.Options.Reps, rep.Options.DurationSec, rep.ElapsedSec)
+	fmt.Fprintln(w, "relay = BASELINE: dumb 1:1 WebSocket relay in this program (own upstream socket per client, frames copied unparsed)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tunit\tdirect\trelay\tmuxd\tmuxd/relay\tmuxd/direct\ttarget (issue 6)\tmet\tupstream conns d/r/m")
+	for _, r := range rep.Rows {
+		cell := func(m string) string {
+			v, ok := r.Value[m]
+			if !ok {
+				return "n/a"
+			}
+			return fmtNum(v)
+		}
+		ratio := func(p *float64) string {
+			if p == nil {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.2f", *p)
+		}
+		met := ""
+		if r.TargetMet != nil {
+			met = "no"
+			if *r.TargetMet {
+				met = "yes"
+			}
+		}
+		conns := func(m string) string {
+			if v, ok := r.UpstreamConns[m]; ok {
+				return fmt.Sprint(v)
+			}
+			return "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s/%s\n", r.Name, r.Unit, cell("direct"), cell("relay"), cell("muxd"),
+			ratio(r.MuxdRelay), ratio(r.MuxdDirect), r.Target, met, conns("direct"), conns("relay"), conns("muxd"))
+	}
+	tw.Flush()
+	for _, n := range rep.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+}
+
+func fmtNum(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+// missed lists the targets not met.
+func (rep *Report) missed() []string {
+	var m []string
+	for _, r := range rep.Rows {
+		if r.TargetMet != nil && !*r.TargetMet {
+			m = append(m, r.Name+": "+r.Target)
+		}
+	}
+	return m
+}
+
+func main() {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain(os.Args[1:]))
+	}
+	var (
+		role     = flag.String("role", "", "internal: run as a child process (upstream, relay, muxd)")
+		_        = flag.String("upstream", "", "internal: upstream URL for -role relay/muxd")
+		asJSON   = flag.Bool("json", false, "print the report as JSON instead of a table")
+		smoke    = flag.Bool("smoke", false, "tiny sizes, 1 rep, ~1 s per measurement (CI)")
+		reps     = flag.Int("reps", 0, "repetitions per measurement (default 3, smoke 1)")
+		duration = flag.Duration("duration", 0, "duration of each latency/throughput measurement (default 1.5s, smoke 1s)")
+		out      = flag.String("out", "", "also write the JSON report to this file")
+		check    = flag.Bool("check", false, "exit 1 when a target of issue 6 is missed")
+		quiet    = flag.Bool("q", false, "no progress lines on stderr")
+	)
+	flag.Parse()
+	if *role != "" {
+		os.Exit(childMain(os.Args[1:]))
+	}
+	o := fullOptions()
+	if *smoke {
+		o = smokeOptions()
+	}
+	if *reps > 0 {
+		o.Reps = *reps
+	}
+	if *duration > 0 {
+		o.Duration = *duration
+	}
+	if !*quiet {
+		o.Progress = os.Stderr
+	}
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	js, _ := json.MarshalIndent(rep, "", "  ")
+	if *asJSON {
+		os.Stdout.Write(append(js, '\n'))
+	} else {
+		rep.WriteTable(os.Stdout)
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, append(js, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+	if *check {
+		if m := rep.missed(); len(m) > 0 {
+			for _, s := range m {
+				fmt.Fprintln(os.Stderr, "bench: target missed:", s)
+			}
+			os.Exit(1)
+		}
+	}
+}

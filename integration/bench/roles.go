@@ -1,0 +1,415 @@
+package main
+
+// The three child processes: the fast upstream, the dumb 1:1 relay (the
+// baseline) and muxd. Each listens on 127.0.0.1:0 and prints
+// "READY <host:port>" on stdout once it can take clients.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/muxd/muxd/mux"
+)
+
+// childEnv marks a process started by the bench as a child, so that a test
+// binary (whose flags are the test's) can dispatch to the role in TestMain.
+const childEnv = "MUXD_BENCH_CHILD"
+
+// childMain runs the role named by -role in args and returns the exit code.
+func childMain(args []string) int {
+	fs := flag.NewFlagSet("bench-child", flag.ContinueOnError)
+	role := fs.String("role", "", "upstream | relay | muxd")
+	upstream := fs.String("upstream", "", "upstream ws:// URL (relay, muxd)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	raiseNofile(0)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var err error
+	switch *role {
+	case "upstream":
+		err = runUpstream(ctx)
+	case "relay":
+		err = runRelay(ctx, *upstream)
+	case "muxd":
+		err = runMuxd(ctx, *upstream)
+	default:
+		err = fmt.Errorf("unknown role %q", *role)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", *role, err)
+		return 1
+	}
+	return 0
+}
+
+func listenAndAnnounce(ctx context.Context, h http.Handler) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: h, ErrorLog: nil}
+	go func() {
+		<-ctx.Done()
+		hs.Close()
+	}()
+	fmt.Printf("READY %s\n", ln.Addr())
+	err = hs.Serve(ln)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+var acceptOpts = &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled}
+var dialOpts = &websocket.DialOptions{CompressionMode: websocket.CompressionDisabled}
+
+const readLimit = 64 << 20
+
+// ---- upstream ---------------------------------------------------------
+
+// upstreamServer is a minimal JSON-RPC node: every request is answered at
+// once with its params echoed as the result; eth_subscribe gets a
+// subscription id, and /ctl/push sends one ~2 KB newHeads-like
+// notification to every subscription.
+type upstreamServer struct {
+	accepted atomic.Int64 // WebSocket connections accepted since start
+	current  atomic.Int64
+	nextSub  atomic.Uint64
+
+	mu    sync.Mutex
+	conns map[*upConn]struct{}
+}
+
+type upConn struct {
+	out  chan []byte
+	done chan struct{}
+	subs []string // guarded by upstreamServer.mu
+}
+
+func (c *upConn) send(f []byte) {
+	select {
+	case c.out <- f:
+	case <-c.done:
+	}
+}
+
+func runUpstream(ctx context.Context) error {
+	u := &upstreamServer{conns: make(map[*upConn]struct{})}
+	return listenAndAnnounce(ctx, u)
+}
+
+func (u *upstreamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/ctl/stats":
+		u.mu.Lock()
+		subs := 0
+		for c := range u.conns {
+			subs += len(c.subs)
+		}
+		u.mu.Unlock()
+		json.NewEncoder(w).Encode(upstreamStats{Accepted: u.accepted.Load(), Current: u.current.Load(), Subs: subs})
+		return
+	case "/ctl/push":
+		seq, _ := strconv.Atoi(r.URL.Query().Get("seq"))
+		n, ts := u.push(seq)
+		json.NewEncoder(w).Encode(pushReply{Subs: n, TS: ts})
+		return
+	}
+	conn, err := websocket.Accept(w, r, acceptOpts)
+	if err != nil {
+		return
+	}
+	conn.SetReadLimit(readLimit)
+	u.accepted.Add(1)
+	u.current.Add(1)
+	defer u.current.Add(-1)
+	c := &upConn{out: make(chan []byte, 1024), done: make(chan struct{})}
+	u.mu.Lock()
+	u.conns[c] = struct{}{}
+	u.mu.Unlock()
+	ctx := context.Background()
+	go func() {
+		for {
+			select {
+			case f := <-c.out:
+				if conn.Write(ctx, websocket.MessageText, f) != nil {
+					conn.CloseNow()
+					return
+				}
+			case <-c.done:
+				return
+			}
+		}
+	}()
+	defer func() {
+		u.mu.Lock()
+		delete(u.conns, c)
+		u.mu.Unlock()
+		close(c.done)
+		conn.CloseNow()
+	}()
+	for {
+		_, msg, err := conn.Read(ctx)
+		if err != nil {
+			return
+		}
+		if resp := u.answer(c, msg); resp != nil {
+			c.send(resp)
+		}
+	}
+}
+
+type upstreamStats struct {
+	Accepted int64 `json:"accepted"`
+	Current  int64 `json:"current"`
+	Subs     int   `json:"subs"`
+}
+
+type pushReply struct {
+	Subs int   `json:"subs"`
+	TS   int64 `json:"ts"`
+}
+
+type rpcReq struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// answer returns the response frame for msg, or nil (notifications).
+func (u *upstreamServer) answer(c *upConn, msg []byte) []byte {
+	t := bytes.TrimLeft(msg, " \t\r\n")
+	if len(t) > 0 && t[0] == '[' {
+		var reqs []rpcReq
+		if json.Unmarshal(t, &reqs) != nil {
+			return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}`)
+		}
+		out := make([]byte, 0, len(msg)+32*len(reqs))
+		out = append(out, '[')
+		n := 0
+		for i := range reqs {
+			if reqs[i].ID == nil {
+				continue
+			}
+			if n > 0 {
+				out = append(out, ',')
+			}
+			out = u.appendAnswer(out, c, &reqs[i])
+			n++
+		}
+		if n == 0 {
+			return nil
+		}
+		return append(out, ']')
+	}
+	var req rpcReq
+	if json.Unmarshal(t, &req) != nil {
+		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}`)
+	}
+	if req.ID == nil {
+		return nil
+	}
+	return u.appendAnswer(make([]byte, 0, len(msg)+32), c, &req)
+}
+
+func (u *upstreamServer) appendAnswer(out []byte, c *upConn, req *rpcReq) []byte {
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, req.ID...)
+	out = append(out, `,"result":`...)
+	switch req.Method {
+	case "eth_subscribe":
+		id := fmt.Sprintf("0x%032x", u.nextSub.Add(1))
+		u.mu.Lock()
+		c.subs = append(c.subs, id)
+		u.mu.Unlock()
+		out = strconv.AppendQuote(out, id)
+	case "eth_unsubscribe":
+		var ids []string
+		json.Unmarshal(req.Params, &ids)
+		found := false
+		u.mu.Lock()
+		for _, id := range ids {
+			for i, s := range c.subs {
+				if s == id {
+					c.subs = append(c.subs[:i], c.subs[i+1:]...)
+					found = true
+					break
+				}
+			}
+		}
+		u.mu.Unlock()
+		out = strconv.AppendBool(out, found)
+	default:
+		if len(req.Params) == 0 {
+			out = append(out, "null"...)
+		} else {
+			out = append(out, req.Params...)
+		}
+	}
+	return append(out, '}')
+}
+
+// pushBody is the part of a push after the subscription id: a newHeads-like
+// block header of about 2 KB. bench_ts is a fixed-width slot patched with
+// the wall clock (UnixNano) just before the frames are handed to the
+// writers.
+func pushBody(seq int) []byte {
+	hash := "0x" + strings.Repeat("ab", 32)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `","result":{"bench_seq":%d,"bench_ts":%s,`, seq, strings.Repeat("0", tsWidth))
+	for i := 0; i < 24; i++ {
+		fmt.Fprintf(&b, `"field%02d":%q,`, i, hash)
+	}
+	b.WriteString(`"number":"0x1b4"}}}`)
+	return b.Bytes()
+}
+
+const tsWidth = 19
+
+const pushPrefix = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"`
+
+func (u *upstreamServer) push(seq int) (int, int64) {
+	body := pushBody(seq)
+	tsAt := bytes.Index(body, []byte(`"bench_ts":`)) + len(`"bench_ts":`)
+	type target struct {
+		c *upConn
+		f []byte
+	}
+	var targets []target
+	u.mu.Lock()
+	for c := range u.conns {
+		for _, id := range c.subs {
+			f := make([]byte, 0, len(pushPrefix)+len(id)+len(body))
+			f = append(f, pushPrefix...)
+			f = append(f, id...)
+			f = append(f, body...)
+			targets = append(targets, target{c, f})
+		}
+	}
+	u.mu.Unlock()
+	ts := time.Now().UnixNano()
+	stamp := fmt.Sprintf("%0*d", tsWidth, ts)
+	off := len(pushPrefix) + 34 // "0x" + 32 hex digits
+	for _, t := range targets {
+		copy(t.f[off+tsAt:], stamp)
+		t.c.send(t.f)
+	}
+	return len(targets), ts
+}
+
+// ---- relay (baseline) ----------------------------------------------------
+
+// runRelay is the BASELINE: a dumb 1:1 WebSocket relay. Each client gets its
+// own upstream socket; messages are copied both ways without parsing, through
+// one reused buffer per direction.
+func runRelay(ctx context.Context, upstream string) error {
+	return listenAndAnnounce(ctx, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client, err := websocket.Accept(w, r, acceptOpts)
+		if err != nil {
+			return
+		}
+		defer client.CloseNow()
+		up, _, err := websocket.Dial(r.Context(), upstream, dialOpts)
+		if err != nil {
+			client.Close(websocket.StatusTryAgainLater, "upstream dial failed")
+			return
+		}
+		defer up.CloseNow()
+		client.SetReadLimit(readLimit)
+		up.SetReadLimit(readLimit)
+		done := make(chan struct{}, 2)
+		go func() { relayCopy(up, client); done <- struct{}{} }()
+		go func() { relayCopy(client, up); done <- struct{}{} }()
+		<-done
+	}))
+}
+
+func relayCopy(dst, src *websocket.Conn) {
+	ctx := context.Background()
+	var buf bytes.Buffer
+	for {
+		typ, r, err := src.Reader(ctx)
+		if err != nil {
+			return
+		}
+		buf.Reset()
+		if _, err := buf.ReadFrom(r); err != nil {
+			return
+		}
+		if err := dst.Write(ctx, typ, buf.Bytes()); err != nil {
+			return
+		}
+	}
+}
+
+// ---- muxd -------------------------------------------------------------
+
+func runMuxd(ctx context.Context, upstream string) error {
+	srv, err := mux.New(mux.Config{
+		Upstream:   upstream,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxClients: 1 << 20,
+	})
+	if err != nil {
+		return err
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- srv.Run(ctx) }()
+	deadline := time.After(30 * time.Second)
+	for {
+		up, changed := srv.Connected()
+		if up {
+			break
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return errors.New("muxd: upstream not connected after 30s")
+		case err := <-runDone:
+			return err
+		}
+	}
+	return listenAndAnnounce(ctx, srv)
+}
+
+// raiseNofile raises RLIMIT_NOFILE: the hard limit to want (when larger and
+// allowed, e.g. as root) and the soft limit to the hard one. It returns the
+// soft limit in effect.
+func raiseNofile(want uint64) uint64 {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return 0
+	}
+	if want > lim.Max {
+		try := syscall.Rlimit{Cur: want, Max: want}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &try) == nil {
+			return want
+		}
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	return lim.Cur
+}
