@@ -3,11 +3,13 @@ package reconnect
 import (
 	"cmp"
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -38,7 +40,7 @@ func WebSocketDialer(rawURL string, header http.Header, readLimit int64) DialFun
 	if readLimit <= 0 {
 		readLimit = DefaultReadLimit
 	}
-	opts := &websocket.DialOptions{HTTPHeader: header.Clone()}
+	opts := &websocket.DialOptions{HTTPHeader: header.Clone(), HTTPClient: coalescingClient()}
 	prefix := "dial upstream " + Redact(rawURL) + ": "
 	scrub := urlScrubber(rawURL)
 	return func(ctx context.Context) (*websocket.Conn, error) {
@@ -107,4 +109,23 @@ func urlScrubber(rawURL string) *strings.Replacer {
 		}
 	}
 	return strings.NewReplacer(args...)
+}
+
+// coalescingClient is the HTTP client for the upstream handshake: its
+// connections coalesce writes (see coalescingConn), which the WebSocket
+// then inherits. Proxy settings come from the environment as with
+// http.DefaultTransport.
+func coalescingClient() *http.Client {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newCoalescingConn(c), nil
+		},
+		TLSHandshakeTimeout: 10 * time.Second,
+	}}
 }

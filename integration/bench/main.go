@@ -43,6 +43,7 @@ type Options struct {
 	Idle        int // (e)
 	Settle      time.Duration
 	Smoke       bool
+	Only        string    // workloads to run, e.g. "b,c" or "d"; "" runs all
 	Progress    io.Writer // nil: quiet
 }
 
@@ -160,6 +161,19 @@ type measurement struct {
 	run      func(ctx context.Context, e *env) (map[string]float64, error)
 }
 
+// runs reports whether workload w (a, b, c, d<n>, e) was asked for.
+func (o Options) runs(w string) bool {
+	if o.Only == "" {
+		return true
+	}
+	for _, x := range strings.Split(o.Only, ",") {
+		if x = strings.TrimSpace(x); x != "" && strings.HasPrefix(w, x) {
+			return true
+		}
+	}
+	return false
+}
+
 // Run executes the suite.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
@@ -243,6 +257,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}})
 
 	for _, m := range ms {
+		if !o.runs(m.workload) {
+			continue
+		}
 		for r := range o.Reps {
 			// relay and muxd alternate which goes first; direct last.
 			order := []string{"relay", "muxd", "direct"}
@@ -423,6 +440,7 @@ func main() {
 		out      = flag.String("out", "", "also write the JSON report to this file")
 		check    = flag.Bool("check", false, "exit 1 when a target of issue 6 is missed")
 		quiet    = flag.Bool("q", false, "no progress lines on stderr")
+		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e")
 	)
 	flag.Parse()
 	if *role != "" {
@@ -441,6 +459,7 @@ func main() {
 	if !*quiet {
 		o.Progress = os.Stderr
 	}
+	o.Only = *only
 	rep, err := Run(context.Background(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -68,8 +68,17 @@ func (c *child) stop() {
 	if c == nil || c.cmd.Process == nil {
 		return
 	}
-	c.cmd.Process.Kill()
-	c.cmd.Wait()
+	// SIGTERM first, so that a child can flush what it must (a profile);
+	// killed if it does not exit promptly.
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		c.cmd.Process.Kill()
+		<-done
+	}
 }
 
 // cpu returns the child's utime+stime from /proc/<pid>/stat.

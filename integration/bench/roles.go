@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -365,6 +367,19 @@ func relayCopy(dst, src *websocket.Conn) {
 // ---- muxd -------------------------------------------------------------
 
 func runMuxd(ctx context.Context, upstream string) error {
+	// MUXD_BENCH_PROFILE_DIR: write a CPU profile of this muxd process
+	// there (stop() ends children with SIGTERM first, so it is flushed).
+	if dir := os.Getenv("MUXD_BENCH_PROFILE_DIR"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("muxd-%d.cpu", os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	srv, err := mux.New(mux.Config{
 		Upstream:   upstream,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
