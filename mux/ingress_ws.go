@@ -19,7 +19,9 @@ func (t *wsTransport) name() string { return "ws" }
 
 func (t *wsTransport) write(ctx context.Context, msgs [][]byte) error {
 	for _, m := range msgs {
-		if err := t.conn.Write(ctx, websocket.MessageText, m); err != nil {
+		// A context that never ends, as for the upstream: the session
+		// ends a write by closing the connection (tr.close).
+		if err := t.conn.Write(context.WithoutCancel(ctx), websocket.MessageText, m); err != nil {
 			return err
 		}
 	}

@@ -34,7 +34,10 @@ func (u *upstreamConn) send(frames ...[]byte) {
 		return
 	}
 	for _, f := range frames {
-		if err := u.Write(u.ctx, websocket.MessageText, f); err != nil {
+		// Not u.ctx: coder/websocket watches a cancellable context with
+		// an AfterFunc on every call, a real cost per frame; the
+		// connection is closed to stop a write instead (readUpstream).
+		if err := u.Write(context.Background(), websocket.MessageText, f); err != nil {
 			u.failed.Do(func() {
 				u.srv.log.Warn("upstream write failed", "gen", u.Gen, "err", err)
 				u.CloseNow()
@@ -78,8 +81,12 @@ func (s *Server) serveUpstream(ctx context.Context, rc *reconnect.Conn) error {
 
 // readUpstream is the one reader of the shared connection.
 func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
+	// Reads and writes use a context that never ends (see send); when ctx
+	// ends the connection is closed, which ends them.
+	stop := context.AfterFunc(ctx, func() { u.CloseNow() })
+	defer stop()
 	for {
-		_, frame, err := u.Read(ctx)
+		_, frame, err := u.Read(context.Background())
 		if err != nil {
 			return fmt.Errorf("read upstream: %w", err)
 		}
