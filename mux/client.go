@@ -3,6 +3,7 @@ package mux
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/muxd/muxd/router"
 )
@@ -33,6 +34,12 @@ type Client struct {
 	cancel context.CancelFunc
 	once   sync.Once
 
+	// autoWrite: a writer goroutine is started on demand to drain the
+	// queue (WebSocket, IPC); off for HTTP, whose handler takes its one
+	// answer from the queue itself.
+	autoWrite bool
+	writing   atomic.Bool // a writeLoop is running
+
 	finishMu     sync.Mutex
 	finishing    bool
 	finishCode   int
@@ -55,6 +62,10 @@ func (c *Client) send(msg []byte) {
 	}
 	if !c.out.push(msg) {
 		c.slowConsumer()
+		return
+	}
+	if c.autoWrite {
+		c.kickWriter()
 	}
 }
 
@@ -88,6 +99,10 @@ func (c *Client) finish(code int, reason string) {
 		c.finishing, c.finishCode, c.finishReason = true, code, reason
 	}
 	c.finishMu.Unlock()
+	if c.autoWrite {
+		c.kickWriter()
+		return
+	}
 	select {
 	case c.out.wake <- struct{}{}:
 	default:
@@ -108,21 +123,31 @@ func (c *Client) finished() (bool, int, string) {
 	return !busy, code, reason
 }
 
-// writeLoop drains the queue until the session ends. Everything queued at
-// the moment it wakes is written in one call, so transports that can
+// kickWriter makes sure a writer goroutine is draining the queue. Sessions
+// have no writer while their queue is empty: an idle client costs no
+// goroutine beyond its reader.
+func (c *Client) kickWriter() {
+	if c.writing.CompareAndSwap(false, true) {
+		go c.writeLoop()
+	}
+}
+
+// writeLoop drains the queue and exits when it is empty. Everything queued
+// at the moment it looks is written in one call, so transports that can
 // coalesce do.
 func (c *Client) writeLoop() {
 	var batch [][]byte
 	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-c.out.wake:
-		}
 		batch = c.out.take(batch)
 		if len(batch) == 0 {
 			if done, code, reason := c.finished(); done {
 				c.shut(code, reason)
+				return
+			}
+			c.writing.Store(false)
+			// A push that came after take saw a writer running and left
+			// the work to it: take it back, unless another writer has.
+			if !c.out.hasQueued() || !c.writing.CompareAndSwap(false, true) {
 				return
 			}
 			continue
@@ -137,10 +162,6 @@ func (c *Client) writeLoop() {
 		}
 		c.out.done(n)
 		clear(batch)
-		if done, code, reason := c.finished(); done {
-			c.shut(code, reason)
-			return
-		}
 	}
 }
 

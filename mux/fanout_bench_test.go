@@ -63,7 +63,6 @@ func BenchmarkFanout1000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		go c.writeLoop()
 		id := newSubscriptionID()
 		srv.mu.Lock()
 		srv.subs.Attach(key, []byte(`["newHeads"]`), c.id, id)

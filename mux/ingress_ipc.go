@@ -70,7 +70,6 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 		return
 	}
 	defer s.removeClient(c)
-	go c.writeLoop()
 	// Stop the decoder when the session ends for any other reason (slow
 	// consumer, shutdown).
 	go func() {

@@ -71,7 +71,6 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.removeClient(c)
-	go c.writeLoop()
 	s.readWebSocket(c, conn)
 }
 

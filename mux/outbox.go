@@ -4,8 +4,9 @@ import "sync"
 
 // outbox is a client's bounded outbound queue. Producers (the upstream
 // reader, the timeout sweeper, the client's own reader) push without ever
-// blocking; the client's writer goroutine takes everything queued at once, so
-// that a transport that can coalesce (IPC) writes it in one go.
+// blocking; the client's writer goroutine (started on demand) takes
+// everything queued at once, so that a transport that can coalesce (IPC)
+// writes it in one go.
 //
 // The bound is in bytes. The first message is always accepted whatever its
 // size, so a single large response (a block trace) cannot by itself make a
@@ -82,4 +83,11 @@ func (q *outbox) pending() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.bytes
+}
+
+// hasQueued reports whether messages wait to be taken.
+func (q *outbox) hasQueued() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.msgs) > 0
 }

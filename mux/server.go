@@ -149,12 +149,13 @@ func (s *Server) newClient(parent context.Context, tr transport) (*Client, error
 	s.nextClient++
 	ctx, cancel := context.WithCancel(parent)
 	c := &Client{
-		id:     s.nextClient,
-		srv:    s,
-		tr:     tr,
-		out:    newOutbox(s.cfg.OutboundQueueBytes),
-		ctx:    ctx,
-		cancel: cancel,
+		id:        s.nextClient,
+		srv:       s,
+		tr:        tr,
+		out:       newOutbox(s.cfg.OutboundQueueBytes),
+		ctx:       ctx,
+		cancel:    cancel,
+		autoWrite: tr.name() != "http",
 	}
 	s.clients[c.id] = c
 	s.metrics.clientsByTransport[tr.name()].Inc()
