@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/muxd/muxd/router"
 )
@@ -123,6 +124,9 @@ func (c *Client) finished() (bool, int, string) {
 	return !busy, code, reason
 }
 
+// writerLinger is how long an idle writer waits for more before it exits.
+const writerLinger = 2 * time.Millisecond
+
 // kickWriter makes sure a writer goroutine is draining the queue. Sessions
 // have no writer while their queue is empty: an idle client costs no
 // goroutine beyond its reader.
@@ -137,11 +141,23 @@ func (c *Client) kickWriter() {
 // coalesce do.
 func (c *Client) writeLoop() {
 	var batch [][]byte
+	linger := time.NewTimer(writerLinger)
+	defer linger.Stop()
 	for {
 		batch = c.out.take(batch)
 		if len(batch) == 0 {
 			if done, code, reason := c.finished(); done {
 				c.shut(code, reason)
+				return
+			}
+			// Stay a moment for the next answer: a busy client keeps
+			// one goroutine instead of starting one per message.
+			linger.Reset(writerLinger)
+			select {
+			case <-c.out.wake:
+				continue
+			case <-linger.C:
+			case <-c.ctx.Done():
 				return
 			}
 			c.writing.Store(false)
