@@ -46,6 +46,9 @@ type Client struct {
 	finishCode   int
 	finishReason string
 
+	// scan is the scan buffer of dispatch, owned by the session's reader.
+	scan []router.Message
+
 	// Guarded by srv.mu.
 	inflight int
 	subs     map[string]string // client subscription id -> subscription key

@@ -15,37 +15,32 @@ const (
 	methodSubscription = "eth_subscription"
 )
 
-// answered says what a client frame produced, for transports (HTTP, IPC)
-// that need to know whether an answer will come.
-type answered uint8
-
-const (
-	answerNone    answered = iota // notifications only: nothing will be sent
-	answerPending                 // one message (object or array) will be sent
-	answerParse                   // malformed JSON was answered with -32700
-)
-
 // dispatch handles one frame from client c: it answers what muxd answers
 // itself, sends every well-formed request upstream under a fresh id (or
 // holds it until an upstream is up), and arranges for batch answers to be
-// re-assembled. It never blocks on the upstream or on another client.
-func (s *Server) dispatch(c *Client, frame []byte) answered {
-	f, err := router.ScanClient(frame, nil)
+// re-assembled. It never blocks on the upstream or on another client. It
+// reports whether an answer will be sent (false for notifications only),
+// for HTTP, which must answer an empty 200 then.
+func (s *Server) dispatch(c *Client, frame []byte) bool {
+	f, err := router.ScanClient(frame, c.scan)
+	if cap(f.Messages) <= maxKeptScan {
+		c.scan = f.Messages[:0] // reused for the next frame; a big batch's is let go
+	}
 	switch {
 	case errors.Is(err, router.ErrParse):
 		s.reply(c, nil, router.ErrorParse)
-		return answerParse
+		return true
 	case errors.Is(err, router.ErrEmptyBatch):
 		s.reply(c, nil, router.ErrorEmptyBatch)
-		return answerPending
+		return true
 	case err != nil:
 		s.reply(c, nil, router.ErrorInvalidRequest)
-		return answerPending
+		return true
 	}
 	if f.Batch && len(f.Messages) > s.cfg.MaxBatch {
 		s.metrics.limit("batch_size")
 		s.reply(c, nil, router.ErrorLimit.Because("batch too large"))
-		return answerPending
+		return true
 	}
 
 	now := time.Now()
@@ -60,14 +55,14 @@ func (s *Server) dispatch(c *Client, frame []byte) answered {
 		if want == 0 {
 			// Notifications only: forwarded, and nothing comes back.
 			s.forwardAll(c, frame, f.Messages, nil, now)
-			return answerNone
+			return false
 		}
 		b = router.NewBatch(c.id, want)
 	}
 	if s.forwardAll(c, frame, f.Messages, b, now) {
-		return answerPending
+		return true
 	}
-	return answerNone
+	return false
 }
 
 // forwardAll handles the messages of one frame under one hold of s.mu and
@@ -115,6 +110,20 @@ func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *r
 	return expect
 }
 
+// maxKeptScan is the largest scan buffer a session keeps between frames.
+const maxKeptScan = 16
+
+// methodName returns m's method, without allocating for the methods muxd
+// knows (the common case on the hot path).
+func methodName(frame []byte, m *router.Message) string {
+	if raw := m.Method.In(frame); len(raw) >= 2 {
+		if name, ok := knownMethods[string(raw[1:len(raw)-1])]; ok {
+			return name
+		}
+	}
+	return m.MethodName(frame)
+}
+
 // outgoing collects, while s.mu is held, what is to be done after it is
 // released.
 type outgoing struct {
@@ -133,7 +142,7 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 		e := router.ErrorInvalidRequest.Because(strings.TrimPrefix(m.Invalid.Error(), router.ErrInvalid.Error()+": "))
 		return s.errorBytes(id, e)
 	}
-	method := m.MethodName(frame)
+	method := methodName(frame, m)
 	if s.policy.denied(method) {
 		if !m.HasID() {
 			return nil
@@ -157,7 +166,7 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 		out.frames = append(out.frames, append([]byte(nil), elem...))
 		return nil
 	}
-	s.metrics.Requests.WithLabelValues(methodLabel(method)).Inc()
+	s.metrics.request(method)
 	if c.inflight >= s.cfg.MaxInFlight {
 		s.metrics.limit("in_flight")
 		return s.errorBytes(id, router.ErrorLimit.Because("too many requests in flight"))

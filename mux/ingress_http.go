@@ -62,7 +62,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.removeClient(c)
-	if s.dispatch(c, body) == answerNone {
+	if !s.dispatch(c, body) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}

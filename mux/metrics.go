@@ -44,8 +44,10 @@ func (r DropReason) String() string {
 
 // knownMethods bounds the method label: anything else counts as "other", so
 // a client sending random method names cannot grow the series without end.
-var knownMethods = func() map[string]bool {
-	m := map[string]bool{}
+// It maps each name to itself, so that dispatch can look a method up by its
+// raw bytes and share one string instead of allocating one per request.
+var knownMethods = func() map[string]string {
+	m := map[string]string{}
 	for _, s := range []string{
 		"eth_accounts", "eth_blobBaseFee", "eth_blockNumber", "eth_call", "eth_chainId",
 		"eth_createAccessList", "eth_estimateGas", "eth_feeHistory", "eth_gasPrice",
@@ -66,17 +68,10 @@ var knownMethods = func() map[string]bool {
 		"debug_traceTransaction", "trace_block", "trace_call", "trace_filter",
 		"trace_replayTransaction", "trace_transaction",
 	} {
-		m[s] = true
+		m[s] = s
 	}
 	return m
 }()
-
-func methodLabel(method string) string {
-	if knownMethods[method] {
-		return method
-	}
-	return "other"
-}
 
 // Metrics are the Prometheus series of one Server, all prefixed muxd_.
 type Metrics struct {
@@ -99,6 +94,7 @@ type Metrics struct {
 
 	dropped            [numDropReasons]prometheus.Counter
 	responseOK         prometheus.Counter
+	requestsByMethod   map[string]prometheus.Counter // known methods and "other", resolved once
 	clientsByTransport map[string]prometheus.Gauge
 }
 
@@ -158,6 +154,10 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		m.dropped[r] = m.Dropped.WithLabelValues(r.String())
 	}
 	m.responseOK = m.Responses.WithLabelValues("ok")
+	m.requestsByMethod = map[string]prometheus.Counter{"other": m.Requests.WithLabelValues("other")}
+	for name := range knownMethods {
+		m.requestsByMethod[name] = m.Requests.WithLabelValues(name)
+	}
 	m.clientsByTransport = map[string]prometheus.Gauge{}
 	for _, t := range []string{"ws", "http", "ipc"} {
 		m.clientsByTransport[t] = m.Clients.WithLabelValues(t)
@@ -171,6 +171,15 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) drop(r DropReason) { m.dropped[r].Inc() }
+
+// request counts one request under its method's series.
+func (m *Metrics) request(method string) {
+	c, ok := m.requestsByMethod[method]
+	if !ok {
+		c = m.requestsByMethod["other"]
+	}
+	c.Inc()
+}
 
 // DroppedCount returns how many messages were dropped for reason r.
 func (m *Metrics) DroppedCount(r DropReason) float64 {

@@ -10,6 +10,9 @@ import (
 type policy struct {
 	deny  []string
 	retry map[string]bool
+	// deniedKnown is the verdict for every known method, worked out once;
+	// other names go through the patterns each time.
+	deniedKnown map[string]bool
 }
 
 func newPolicy(deny, retry []string) (policy, error) {
@@ -18,7 +21,10 @@ func newPolicy(deny, retry []string) (policy, error) {
 			return policy{}, fmt.Errorf("deny pattern %q: %w", p, err)
 		}
 	}
-	p := policy{deny: deny, retry: make(map[string]bool, len(retry))}
+	p := policy{deny: deny, retry: make(map[string]bool, len(retry)), deniedKnown: map[string]bool{}}
+	for name := range knownMethods {
+		p.deniedKnown[name] = p.match(name)
+	}
 	for _, m := range retry {
 		p.retry[m] = true
 	}
@@ -26,6 +32,13 @@ func newPolicy(deny, retry []string) (policy, error) {
 }
 
 func (p policy) denied(method string) bool {
+	if d, ok := p.deniedKnown[method]; ok {
+		return d
+	}
+	return p.match(method)
+}
+
+func (p policy) match(method string) bool {
 	for _, pat := range p.deny {
 		if ok, _ := path.Match(pat, method); ok {
 			return true

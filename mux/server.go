@@ -209,13 +209,7 @@ func (s *Server) failAll(e router.RPCError) int {
 		done = append(done, w.p)
 	}
 	s.waiting = nil
-	for _, w := range s.subs.ExpireWaiters(time.Unix(1<<40, 0)) { // every waiter
-		if c := s.clients[w.Client]; c != nil {
-			delete(c.subs, w.ID)
-			s.waiterDoneLocked(c)
-		}
-		done = append(done, w.Request)
-	}
+	done = s.expireWaitersLocked(time.Unix(1<<40, 0), done) // every waiter
 	s.updateSubGaugesLocked()
 	n := 0
 	for _, p := range done {

@@ -72,26 +72,8 @@ var invalidParams = router.RPCError{Code: -32602, Message: "invalid params", Rea
 // subscribeUpstreamLocked sends eth_subscribe for sh on the current
 // connection, as muxd's own request.
 func (s *Server) subscribeUpstreamLocked(sh *router.Shared, out *outgoing) {
-	uid := s.reqs.Next()
-	frame := []byte(`{"jsonrpc":"2.0","id":`)
-	frame = router.AppendUpstreamID(frame, uid)
-	frame = append(frame, `,"method":"eth_subscribe","params":`...)
-	frame = append(frame, sh.Params...)
-	frame = append(frame, '}')
 	sh.State = router.SubSubscribing
-	sh.Attempt = uid
-	// No deadline: the clients waiting on it time out on their own
-	// (ExpireWaiters), but muxd keeps waiting for the node's answer, so that
-	// a late answer still makes the key live (or is unsubscribed) instead
-	// of leaving an upstream subscription nobody knows about.
-	s.enqueueLocked(nil, uid, router.Pending{
-		Client: router.Internal,
-		Method: methodSubscribe,
-		Sent:   time.Now(),
-		Frame:  frame,
-		Kind:   router.KindSubscribe,
-		Key:    sh.Key,
-	}, s.up, out)
+	sh.Attempt = s.internalRequestLocked(router.KindSubscribe, methodSubscribe, sh.Params, sh.Key, out)
 }
 
 // unsubscribeUpstreamLocked sends eth_unsubscribe for the node's id.
@@ -99,19 +81,27 @@ func (s *Server) unsubscribeUpstreamLocked(upstreamID string, out *outgoing) {
 	if s.up == nil {
 		return // the subscription died with the connection
 	}
+	params := append(append([]byte{'['}, upstreamID...), ']')
+	s.internalRequestLocked(router.KindUnsubscribe, methodUnsubscribe, params, "", out)
+}
+
+// internalRequestLocked sends a request muxd makes on its own behalf and
+// returns its upstream id. It has no deadline: for eth_subscribe the clients
+// waiting on it time out on their own (ExpireWaiters), but muxd keeps
+// waiting for the node's answer, so that a late answer still makes the key
+// live (or is unsubscribed) instead of leaving an upstream subscription
+// nobody knows about.
+func (s *Server) internalRequestLocked(kind router.Kind, method string, params []byte, key string, out *outgoing) uint64 {
 	uid := s.reqs.Next()
-	frame := []byte(`{"jsonrpc":"2.0","id":`)
-	frame = router.AppendUpstreamID(frame, uid)
-	frame = append(frame, `,"method":"eth_unsubscribe","params":[`...)
-	frame = append(frame, upstreamID...)
-	frame = append(frame, "]}"...)
 	s.enqueueLocked(nil, uid, router.Pending{
 		Client: router.Internal,
-		Method: methodUnsubscribe,
+		Method: method,
 		Sent:   time.Now(),
-		Frame:  frame,
-		Kind:   router.KindUnsubscribe,
+		Frame:  router.AppendRequest(nil, uid, method, params),
+		Kind:   kind,
+		Key:    key,
 	}, s.up, out)
+	return uid
 }
 
 // subscribedLocked handles the node's answer to muxd's eth_subscribe.
@@ -158,6 +148,19 @@ func (s *Server) waitLocked(c *Client, key string, w router.Waiter) {
 	s.subs.Wait(key, w)
 	c.inflight++
 	s.metrics.InFlight.Inc()
+}
+
+// expireWaitersLocked removes the subscribe waiters whose deadline is not
+// after now and appends their requests to dst, to be answered by the caller.
+func (s *Server) expireWaitersLocked(now time.Time, dst []router.Pending) []router.Pending {
+	for _, w := range s.subs.ExpireWaiters(now) {
+		if c := s.clients[w.Client]; c != nil {
+			delete(c.subs, w.ID)
+			s.waiterDoneLocked(c)
+		}
+		dst = append(dst, w.Request)
+	}
+	return dst
 }
 
 // waiterDoneLocked accounts for a waiter of c that has been answered.

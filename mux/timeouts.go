@@ -53,13 +53,7 @@ func (s *Server) sweep(now time.Time) {
 	}
 	clear(s.waiting[len(kept):])
 	s.waiting = kept
-	for _, w := range s.subs.ExpireWaiters(now) {
-		if c := s.clients[w.Client]; c != nil {
-			delete(c.subs, w.ID)
-			s.waiterDoneLocked(c)
-		}
-		expired = append(expired, w.Request)
-	}
+	expired = s.expireWaitersLocked(now, expired)
 	if len(expired) > 0 {
 		s.updateSubGaugesLocked()
 	}

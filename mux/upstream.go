@@ -17,11 +17,10 @@ import (
 // serveUpstream, reads it.
 type upstreamConn struct {
 	*reconnect.Conn
-	ctx     context.Context
-	srv     *Server
-	msgs    []router.Message // scan buffer, owned by the reader
-	failed  sync.Once
-	written int
+	ctx    context.Context
+	srv    *Server
+	msgs   []router.Message // scan buffer, owned by the reader
+	failed sync.Once
 }
 
 // send writes frames upstream, in order. A write error means the connection

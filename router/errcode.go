@@ -8,32 +8,20 @@ func ErrorCode(errObj []byte) (int, bool) {
 	if i >= len(errObj) || errObj[i] != '{' {
 		return 0, false
 	}
-	i = skipSpace(errObj, i+1)
-	for i < len(errObj) && errObj[i] == '"' {
-		kend, err := skipString(errObj, i)
-		if err != nil {
+	it := objectMembers(errObj, i)
+	for {
+		key, ok, err := it.next()
+		if err != nil || !ok {
 			return 0, false
 		}
-		isCode := string(errObj[i:kend]) == `"code"`
-		i = skipSpace(errObj, kend)
-		if i >= len(errObj) || errObj[i] != ':' {
+		vstart := it.i
+		if it.i, err = skipValue(errObj, vstart, 1); err != nil {
 			return 0, false
 		}
-		i = skipSpace(errObj, i+1)
-		vstart := i
-		if i, err = skipValue(errObj, i, 1); err != nil {
-			return 0, false
+		if string(key) == `"code"` {
+			return parseInt(errObj[vstart:it.i])
 		}
-		if isCode {
-			return parseInt(errObj[vstart:i])
-		}
-		i = skipSpace(errObj, i)
-		if i >= len(errObj) || errObj[i] != ',' {
-			return 0, false
-		}
-		i = skipSpace(errObj, i+1)
 	}
-	return 0, false
 }
 
 func parseInt(b []byte) (int, bool) {

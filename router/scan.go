@@ -258,42 +258,31 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 	m := Message{Start: i}
 	var seen [memLookalike + 1]bool
 	var problem string
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		m.End = i + 1
-		m.Invalid = fmt.Errorf("%w: empty object", ErrInvalid)
-		if md == modeUpstream {
-			m.Invalid = nil
-		}
-		return m, i + 1, nil
-	}
+	it := objectMembers(b, i)
+	n := 0
 	for {
-		if i >= len(b) || b[i] != '"' {
-			return Message{}, 0, ErrParse
-		}
-		kend, err := skipString(b, i)
+		key, ok, err := it.next()
 		if err != nil {
 			return Message{}, 0, err
 		}
-		mem := memberOf(b[i:kend])
-		i = skipSpace(b, kend)
-		if i >= len(b) || b[i] != ':' {
-			return Message{}, 0, ErrParse
+		if !ok {
+			break
 		}
-		i = skipSpace(b, i+1)
-		vstart := i
+		n++
+		mem := memberOf(key)
+		vstart := it.i
 		if mem == memParams {
 			m.Subscription = Span{} // a later params member replaces an earlier one
 		}
-		if mem == memParams && md == modeUpstream && i < len(b) && b[i] == '{' {
-			i, err = scanParams(b, i, depth+1, &m)
+		if mem == memParams && md == modeUpstream && vstart < len(b) && b[vstart] == '{' {
+			it.i, err = scanParams(b, vstart, depth+1, &m)
 		} else {
-			i, err = skipValue(b, i, depth+1)
+			it.i, err = skipValue(b, vstart, depth+1)
 		}
 		if err != nil {
 			return Message{}, 0, err
 		}
-		sp := Span{vstart, i - vstart}
+		sp := Span{vstart, it.i - vstart}
 		if seen[mem] && mem != memOther && problem == "" {
 			problem = "duplicate member"
 		}
@@ -316,66 +305,83 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 				problem = "member name differs from a JSON-RPC member only in case or escapes"
 			}
 		}
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return Message{}, 0, ErrParse
-		}
-		if b[i] == '}' {
-			i++
-			break
-		}
-		if b[i] != ',' {
-			return Message{}, 0, ErrParse
-		}
-		i = skipSpace(b, i+1)
 	}
-	m.End = i
+	m.End = it.i
 	if md == modeClient {
-		m.Invalid = validateRequest(b, &m, problem)
+		if n == 0 {
+			m.Invalid = fmt.Errorf("%w: empty object", ErrInvalid)
+		} else {
+			m.Invalid = validateRequest(b, &m, problem)
+		}
 	}
-	return m, i, nil
+	return m, it.i, nil
 }
 
 // scanParams skips the params object of an upstream message, which sits
 // inside depth containers, recording params.subscription on the way.
 func scanParams(b []byte, i, depth int, m *Message) (int, error) {
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, nil
-	}
+	it := objectMembers(b, i)
 	for {
-		if i >= len(b) || b[i] != '"' {
-			return 0, ErrParse
+		key, ok, err := it.next()
+		if err != nil || !ok {
+			return it.i, err
 		}
-		kend, err := skipString(b, i)
-		if err != nil {
+		vstart := it.i
+		if it.i, err = skipValue(b, vstart, depth+1); err != nil {
 			return 0, err
 		}
-		isSub := string(b[i:kend]) == `"subscription"`
-		i = skipSpace(b, kend)
-		if i >= len(b) || b[i] != ':' {
-			return 0, ErrParse
+		if string(key) == `"subscription"` {
+			m.Subscription = Span{vstart, it.i - vstart}
 		}
-		i = skipSpace(b, i+1)
-		vstart := i
-		if i, err = skipValue(b, i, depth+1); err != nil {
-			return 0, err
-		}
-		if isSub {
-			m.Subscription = Span{vstart, i - vstart}
-		}
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return 0, ErrParse
-		}
-		if b[i] == '}' {
-			return i + 1, nil
-		}
+	}
+}
+
+// memberCursor walks the members of one JSON object, checking the syntax
+// between them; the caller skips (or scans) each value and sets i past it.
+// It is how every object in this package is read, so the grammar lives in
+// one place.
+type memberCursor struct {
+	b       []byte
+	i       int  // offset of the next token: a value after next, else a separator
+	started bool // a member has been returned
+}
+
+// objectMembers returns a cursor for the object whose '{' is at b[i].
+func objectMembers(b []byte, i int) memberCursor { return memberCursor{b: b, i: i + 1} }
+
+// next moves to the next member and returns its key, quotes included, with
+// i at the start of its value. At the closing brace it returns ok false and
+// leaves i just past the object.
+func (c *memberCursor) next() (key []byte, ok bool, err error) {
+	b := c.b
+	i := skipSpace(b, c.i)
+	if i >= len(b) {
+		return nil, false, ErrParse
+	}
+	if b[i] == '}' {
+		c.i = i + 1
+		return nil, false, nil
+	}
+	if c.started {
 		if b[i] != ',' {
-			return 0, ErrParse
+			return nil, false, ErrParse
 		}
 		i = skipSpace(b, i+1)
 	}
+	if i >= len(b) || b[i] != '"' {
+		return nil, false, ErrParse
+	}
+	kend, err := skipString(b, i)
+	if err != nil {
+		return nil, false, err
+	}
+	j := skipSpace(b, kend)
+	if j >= len(b) || b[j] != ':' {
+		return nil, false, ErrParse
+	}
+	c.i = skipSpace(b, j+1)
+	c.started = true
+	return b[i:kend], true, nil
 }
 
 func validateRequest(b []byte, m *Message, problem string) error {
@@ -439,36 +445,15 @@ func skipValue(b []byte, i, depth int) (int, error) {
 		if depth >= maxDepth {
 			return 0, ErrParse
 		}
-		i = skipSpace(b, i+1)
-		if i < len(b) && b[i] == '}' {
-			return i + 1, nil
-		}
+		it := objectMembers(b, i)
 		for {
-			if i >= len(b) || b[i] != '"' {
-				return 0, ErrParse
+			_, ok, err := it.next()
+			if err != nil || !ok {
+				return it.i, err
 			}
-			var err error
-			if i, err = skipString(b, i); err != nil {
+			if it.i, err = skipValue(b, it.i, depth+1); err != nil {
 				return 0, err
 			}
-			i = skipSpace(b, i)
-			if i >= len(b) || b[i] != ':' {
-				return 0, ErrParse
-			}
-			if i, err = skipValue(b, skipSpace(b, i+1), depth+1); err != nil {
-				return 0, err
-			}
-			i = skipSpace(b, i)
-			if i >= len(b) {
-				return 0, ErrParse
-			}
-			if b[i] == '}' {
-				return i + 1, nil
-			}
-			if b[i] != ',' {
-				return 0, ErrParse
-			}
-			i = skipSpace(b, i+1)
 		}
 	case c == '[':
 		if depth >= maxDepth {

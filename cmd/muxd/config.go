@@ -129,14 +129,6 @@ func loadFile(cfg *Config, file string) error {
 	return errs.ErrorOrNil()
 }
 
-// validate reports every problem at once.
-func (c *Config) validate() error {
-	if err := c.problems(); err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	return nil
-}
-
 // problems lists every problem with c, nil when there is none.
 func (c *Config) problems() *multierror.Error {
 	var errs *multierror.Error

@@ -85,6 +85,19 @@ func AppendResultResponse(dst, id, result []byte) []byte {
 	return append(dst, '}')
 }
 
+// AppendRequest appends {"jsonrpc":"2.0","id":id,"method":method,"params":params}:
+// the requests muxd sends upstream on its own behalf. params must be valid
+// JSON.
+func AppendRequest(dst []byte, id uint64, method string, params []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = AppendUpstreamID(dst, id)
+	dst = append(dst, `,"method":`...)
+	dst = appendJSONString(dst, method)
+	dst = append(dst, `,"params":`...)
+	dst = append(dst, params...)
+	return append(dst, '}')
+}
+
 const hexDigits = "0123456789abcdef"
 
 func appendJSONString(dst []byte, s string) []byte {
