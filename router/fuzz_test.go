@@ -35,21 +35,38 @@ func fuzzSeeds() []string {
 	return seeds
 }
 
-func FuzzScanClient(f *testing.F) {
+// addSeeds gives a fuzz target the seed corpus.
+func addSeeds(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		f.Add([]byte(s))
 	}
+}
+
+// scanChecked runs scan on frame and checks what holds for both scanners:
+// the frame is left as it was, the syntax verdict agrees with
+// encoding/json, and every span lies inside the frame. ok is false when the
+// frame was rejected.
+func scanChecked(t *testing.T, frame []byte, scan func([]byte, []Message) (Frame, error)) (fr Frame, ok bool) {
+	orig := bytes.Clone(frame)
+	fr, err := scan(frame, nil)
+	if !bytes.Equal(orig, frame) {
+		t.Fatal("scanner modified the frame")
+	}
+	checkSyntaxVerdict(t, frame, err)
+	if err != nil {
+		return Frame{}, false
+	}
+	checkSpans(t, frame, fr)
+	return fr, true
+}
+
+func FuzzScanClient(f *testing.F) {
+	addSeeds(f)
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		orig := bytes.Clone(frame)
-		fr, err := ScanClient(frame, nil)
-		if !bytes.Equal(orig, frame) {
-			t.Fatal("scanner modified the frame")
-		}
-		checkSyntaxVerdict(t, frame, err)
-		if err != nil {
+		fr, ok := scanChecked(t, frame, ScanClient)
+		if !ok {
 			return
 		}
-		checkSpans(t, frame, fr)
 		for k := range fr.Messages {
 			m := &fr.Messages[k]
 			if m.Invalid != nil {
@@ -78,20 +95,12 @@ func FuzzScanClient(f *testing.F) {
 }
 
 func FuzzScanUpstream(f *testing.F) {
-	for _, s := range fuzzSeeds() {
-		f.Add([]byte(s))
-	}
+	addSeeds(f)
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		orig := bytes.Clone(frame)
-		fr, err := ScanUpstream(frame, nil)
-		if !bytes.Equal(orig, frame) {
-			t.Fatal("scanner modified the frame")
-		}
-		checkSyntaxVerdict(t, frame, err)
-		if err != nil {
+		fr, ok := scanChecked(t, frame, ScanUpstream)
+		if !ok {
 			return
 		}
-		checkSpans(t, frame, fr)
 		// Without escapes, member names are what they look like, and
 		// encoding/json (exact keys, last one wins) must find the same
 		// members the scanner did.
