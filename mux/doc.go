@@ -3,9 +3,11 @@
 //
 // A request travels through the package in file order:
 //
-//   - ingress_ws.go accepts a client and runs its session (client.go): one
-//     reader goroutine that feeds every frame to the dispatcher, one writer
-//     goroutine that drains the client's bounded outbound queue (outbox.go).
+//   - ingress_ws.go (and ingress_http.go, ingress_ipc.go) accepts a client
+//     and runs its session (client.go): one reader goroutine that feeds
+//     every frame to the dispatcher, and a writer goroutine, started while
+//     there is something to write, that drains the client's bounded
+//     outbound queue (outbox.go).
 //   - dispatch.go validates the frame with package router, answers what
 //     muxd answers itself (parse errors, invalid requests, policy, limits),
 //     splits batches, rewrites each id to a fresh upstream id and records the
@@ -18,7 +20,7 @@
 //
 // Server.mu guards all routing state (the pending table, the subscription
 // table, the client set, the waiting queue). It is never held during I/O:
-// writes to the upstream and to clients happen after it is released, and a
-// client write is only ever a non-blocking push onto that client's queue, so
-// no client can stall the upstream reader or another client.
+// writes to the upstream happen after it is released, and what is done for
+// a client under it is only ever a non-blocking push onto that client's
+// queue, so no client can stall the upstream reader or another client.
 package mux
