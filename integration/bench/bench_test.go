@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -103,5 +105,87 @@ func TestSmoke(t *testing.T) {
 	if err := json.Unmarshal(js, &back); err != nil || len(back.Rows) != len(rep.Rows) {
 		t.Errorf("JSON round trip: %v, %d rows", err, len(back.Rows))
 	}
+	checkSVG(t, rep)
 	t.Logf("\n%s", tbl.String())
+}
+
+// checkSVG draws rep and checks that the SVG is well-formed XML with one
+// muxd bar and one label per row.
+func checkSVG(t *testing.T, rep *Report) {
+	t.Helper()
+	var svg bytes.Buffer
+	if err := rep.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(svg.Bytes()))
+	muxdBars, texts := 0, map[string]bool{}
+	var inText bool
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			inText = tok.Name.Local == "text"
+			for _, a := range tok.Attr {
+				if tok.Name.Local == "rect" && a.Name.Local == "fill" && a.Value == chartColors["muxd"] {
+					muxdBars++
+				}
+			}
+		case xml.CharData:
+			if inText {
+				texts[string(tok)] = true
+			}
+		case xml.EndElement:
+			inText = false
+		}
+	}
+	// the legend has a muxd swatch too
+	if want := len(rep.Rows) + 1; muxdBars != want {
+		t.Errorf("chart has %d muxd bars, want %d (one per row and the legend)", muxdBars, want)
+	}
+	for _, r := range rep.Rows {
+		if !texts[r.Name] {
+			t.Errorf("chart lacks the label %q", r.Name)
+		}
+	}
+}
+
+func TestGoal(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	tests := []struct {
+		name string
+		goal *goal
+		row  Row
+		want string // "yes", "no", "" (no verdict)
+	}{
+		{"ratio below limit", ratioTarget(1.15, false), Row{MuxdRelay: f(1.1)}, "yes"},
+		{"ratio above limit", ratioTarget(1.15, false), Row{MuxdRelay: f(1.2)}, "no"},
+		{"ratio at limit", ratioTarget(1.15, false), Row{MuxdRelay: f(1.15)}, "yes"},
+		{"higher is better, met", ratioTarget(0.9, true), Row{MuxdRelay: f(0.95)}, "yes"},
+		{"higher is better, missed", ratioTarget(0.9, true), Row{MuxdRelay: f(0.85)}, "no"},
+		{"no relay figure", ratioTarget(0.9, true), Row{Value: map[string]float64{"muxd": 1}}, ""},
+		{"absolute met", absTarget(200, "ms"), Row{Value: map[string]float64{"muxd": 182}}, "yes"},
+		{"absolute missed", absTarget(200, "ms"), Row{Value: map[string]float64{"muxd": 201}}, "no"},
+		{"absolute, no muxd figure", absTarget(200, "ms"), Row{Value: map[string]float64{"relay": 1}}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			if m := tt.goal.met(&tt.row); m != nil {
+				got = map[bool]string{true: "yes", false: "no"}[*m]
+			}
+			if got != tt.want {
+				t.Errorf("%s on %+v: met %q, want %q", tt.goal, tt.row, got, tt.want)
+			}
+		})
+	}
+	r := Row{Value: map[string]float64{"relay": 400, "muxd": 180}}
+	if x, ok := absTarget(200, "ms").ratio(&r); !ok || x != 0.5 {
+		t.Errorf("200 ms against a 400 ms relay: ratio %v %v, want 0.5", x, ok)
+	}
 }

@@ -6,6 +6,7 @@
 //	go run ./integration/bench                 # full suite, table on stdout
 //	go run ./integration/bench -smoke          # tiny sizes, seconds (CI)
 //	go run ./integration/bench -json -out r.json
+//	go run ./integration/bench -out docs/bench.json -chart docs/bench.svg
 //	go run ./integration/bench -check          # exit 1 if a target is missed
 //
 // The upstream, the relay and muxd each run as a child process (this binary
@@ -98,7 +99,7 @@ type Row struct {
 	// accepted during the measurement (max over the repetitions).
 	UpstreamConns map[string]int64 `json:"upstream_conns"`
 
-	target func(r *Row) (string, *bool)
+	goal *goal
 }
 
 // Report is the whole run.
@@ -124,34 +125,59 @@ type Report struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-func ratioTarget(limit float64, higher bool) func(r *Row) (string, *bool) {
-	return func(r *Row) (string, *bool) {
-		op := "<="
-		if higher {
-			op = ">="
-		}
-		s := fmt.Sprintf("muxd/relay %s %.2f", op, limit)
-		if r.MuxdRelay == nil {
-			return s, nil
-		}
-		ok := *r.MuxdRelay <= limit
-		if higher {
-			ok = *r.MuxdRelay >= limit
-		}
-		return s, &ok
-	}
+// goal is a target of issue 6: a limit on muxd's figure, either as a
+// multiple of the relay's (relative) or in the row's unit.
+type goal struct {
+	limit    float64
+	higher   bool // the figure must be at least limit
+	relative bool
+	unit     string
 }
 
-func absTarget(limit float64, unit string) func(r *Row) (string, *bool) {
-	return func(r *Row) (string, *bool) {
-		s := fmt.Sprintf("muxd <= %g %s", limit, unit)
-		v, ok := r.Value["muxd"]
-		if !ok {
-			return s, nil
-		}
-		met := v <= limit
-		return s, &met
+func ratioTarget(limit float64, higher bool) *goal {
+	return &goal{limit: limit, higher: higher, relative: true}
+}
+
+func absTarget(limit float64, unit string) *goal { return &goal{limit: limit, unit: unit} }
+
+func (g *goal) String() string {
+	op := "<="
+	if g.higher {
+		op = ">="
 	}
+	if g.relative {
+		return fmt.Sprintf("muxd/relay %s %.2f", op, g.limit)
+	}
+	return fmt.Sprintf("muxd %s %g %s", op, g.limit, g.unit)
+}
+
+// met reports whether r meets the goal; nil when muxd (or, for a relative
+// goal, the relay) has no figure.
+func (g *goal) met(r *Row) *bool {
+	v, ok := r.Value["muxd"]
+	if g.relative {
+		if r.MuxdRelay == nil {
+			return nil
+		}
+		v, ok = *r.MuxdRelay, true
+	}
+	if !ok {
+		return nil
+	}
+	m := v <= g.limit
+	if g.higher {
+		m = v >= g.limit
+	}
+	return &m
+}
+
+// ratio is the goal as a multiple of the relay's figure (for the chart).
+func (g *goal) ratio(r *Row) (float64, bool) {
+	if g.relative {
+		return g.limit, true
+	}
+	rv := r.Value["relay"]
+	return g.limit / rv, rv != 0
 }
 
 // measurement is one workload run in one mode, producing figures by key.
@@ -182,12 +208,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, n := range o.FanoutSizes {
 		maxN = max(maxN, n)
 	}
-	// The relay holds two sockets per client; leave room for the rest.
+	// Every process holds at most one socket per client, but the relay
+	// holds two (its client's and its own upstream socket). Under a low
+	// RLIMIT_NOFILE only the relay's count is reduced, and the row says so.
 	rep.NofileLimit = raiseNofile(uint64(2*maxN + 4096))
-	capN := func(n int) int {
-		avail := (int(rep.NofileLimit) - 32) / 2
+	clientsFor := func(mode string, n int) int {
+		per := 1
+		if mode == "relay" {
+			per = 2
+		}
+		avail := (int(rep.NofileLimit) - 64) / per
 		if n > avail {
-			note := fmt.Sprintf("RLIMIT_NOFILE %d (hard limit, could not be raised): %d clients reduced to %d (the relay holds 2 sockets per client)", rep.NofileLimit, n, avail)
+			note := fmt.Sprintf("RLIMIT_NOFILE %d (hard limit, could not be raised): the relay (2 sockets per client) ran %d clients where the others ran %d", rep.NofileLimit, avail, n)
 			if !slices.Contains(rep.Notes, note) {
 				rep.Notes = append(rep.Notes, note)
 			}
@@ -195,11 +227,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		return n
 	}
-	idle := capN(o.Idle)
-	var sizes []int
-	for _, n := range o.FanoutSizes {
-		sizes = append(sizes, capN(n))
+	relayNote := func(n int) string {
+		if r := clientsFor("relay", n); r != n {
+			return fmt.Sprintf(" (relay: %d)", r)
+		}
+		return ""
 	}
+	idle, sizes := o.Idle, o.FanoutSizes
 	rep.Options.Reps, rep.Options.DurationSec = o.Reps, o.Duration.Seconds()
 	rep.Options.Clients, rep.Options.Window, rep.Options.Batch = o.Clients, o.Window, o.Batch
 	rep.Options.FanoutSizes, rep.Options.Pushes, rep.Options.Idle, rep.Options.Smoke = sizes, o.Pushes, idle, o.Smoke
@@ -210,25 +244,25 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rows[r.Key] = r
 		rep.Rows = append(rep.Rows, r)
 	}
-	addRow(&Row{Key: "a.p50", Workload: "a", Name: "(a) 1 client sequential: latency p50", Unit: "µs", Better: "lower", target: ratioTarget(1.15, false)})
-	addRow(&Row{Key: "a.p99", Workload: "a", Name: "(a) 1 client sequential: latency p99", Unit: "µs", Better: "lower", target: ratioTarget(1.3, false)})
+	addRow(&Row{Key: "a.p50", Workload: "a", Name: "(a) 1 client sequential: latency p50", Unit: "µs", Better: "lower", goal: ratioTarget(1.15, false)})
+	addRow(&Row{Key: "a.p99", Workload: "a", Name: "(a) 1 client sequential: latency p99", Unit: "µs", Better: "lower", goal: ratioTarget(1.3, false)})
 	bName := fmt.Sprintf("(b) %d clients x %d outstanding", o.Clients, o.Window)
-	addRow(&Row{Key: "b.rps", Workload: "b", Name: bName + ": throughput", Unit: "req/s", Better: "higher", target: ratioTarget(0.9, true)})
-	addRow(&Row{Key: "b.cpu", Workload: "b", Name: bName + ": proxy CPU per 1M req", Unit: "CPU-s", Better: "lower", target: ratioTarget(1.2, false)})
+	addRow(&Row{Key: "b.rps", Workload: "b", Name: bName + ": throughput", Unit: "req/s", Better: "higher", goal: ratioTarget(0.9, true)})
+	addRow(&Row{Key: "b.cpu", Workload: "b", Name: bName + ": proxy CPU per 1M req", Unit: "CPU-s", Better: "lower", goal: ratioTarget(1.2, false)})
 	cName := fmt.Sprintf("(c) batches of %d, %d clients x %d outstanding", o.Batch, o.Clients, o.Window)
 	addRow(&Row{Key: "c.rps", Workload: "c", Name: cName + ": throughput", Unit: "elem/s", Better: "higher"})
 	addRow(&Row{Key: "c.cpu", Workload: "c", Name: cName + ": proxy CPU per 1M elem", Unit: "CPU-s", Better: "lower"})
 	for i, n := range sizes {
 		w := fmt.Sprintf("d%d", n)
-		var t func(r *Row) (string, *bool)
+		var t *goal
 		if i == len(sizes)-1 && !o.Smoke {
 			t = absTarget(200, "ms")
 		}
 		k := o.pushesFor(n)
-		addRow(&Row{Key: w + ".p50", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers: last delivery p50 of %d", n, k), Unit: "ms", Better: "lower"})
-		addRow(&Row{Key: w + ".p99", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers: last delivery p99 of %d", n, k), Unit: "ms", Better: "lower", target: t})
+		addRow(&Row{Key: w + ".p50", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p50 of %d", n, relayNote(n), k), Unit: "ms", Better: "lower"})
+		addRow(&Row{Key: w + ".p99", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p99 of %d", n, relayNote(n), k), Unit: "ms", Better: "lower", goal: t})
 	}
-	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients: proxy RSS per client", idle), Unit: "KiB", Better: "lower", target: absTarget(24, "KiB")})
+	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients%s: proxy RSS per client", idle, relayNote(idle)), Unit: "KiB", Better: "lower", goal: absTarget(24, "KiB")})
 
 	ms := []measurement{
 		{"a", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
@@ -247,12 +281,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, n := range sizes {
 		w := fmt.Sprintf("d%d", n)
 		ms = append(ms, measurement{w, modes, func(ctx context.Context, e *env) (map[string]float64, error) {
-			p50, p99, err := runFanout(ctx, e, o, n)
+			p50, p99, err := runFanout(ctx, e, o, clientsFor(e.mode, n))
 			return map[string]float64{w + ".p50": p50, w + ".p99": p99}, err
 		}})
 	}
 	ms = append(ms, measurement{"e", []string{"relay", "muxd"}, func(ctx context.Context, e *env) (map[string]float64, error) {
-		v, err := runIdle(ctx, e, o, idle)
+		v, err := runIdle(ctx, e, o, clientsFor(e.mode, idle))
 		return map[string]float64{"e.rss": v}, err
 	}})
 
@@ -308,8 +342,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			x := mv / dv
 			row.MuxdDirect = &x
 		}
-		if row.target != nil {
-			row.Target, row.TargetMet = row.target(row)
+		if row.goal != nil {
+			row.Target, row.TargetMet = row.goal.String(), row.goal.met(row)
 		}
 	}
 	rep.ElapsedSec = time.Since(start).Seconds()
@@ -438,6 +472,7 @@ func main() {
 		reps     = flag.Int("reps", 0, "repetitions per measurement (default 3, smoke 1)")
 		duration = flag.Duration("duration", 0, "duration of each latency/throughput measurement (default 1.5s, smoke 1s)")
 		out      = flag.String("out", "", "also write the JSON report to this file")
+		chart    = flag.String("chart", "", "also draw the report as an SVG chart in this file")
 		check    = flag.Bool("check", false, "exit 1 when a target of issue 6 is missed")
 		quiet    = flag.Bool("q", false, "no progress lines on stderr")
 		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e")
@@ -473,6 +508,12 @@ func main() {
 	}
 	if *out != "" {
 		if err := os.WriteFile(*out, append(js, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+	if *chart != "" {
+		if err := writeChart(*chart, rep); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
