@@ -1,6 +1,7 @@
 package mux
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"time"
@@ -20,7 +21,8 @@ const (
 // holds it until an upstream is up), and arranges for batch answers to be
 // re-assembled. It never blocks on the upstream or on another client. It
 // reports whether an answer will be sent (false for notifications only),
-// for HTTP, which must answer an empty 200 then.
+// for HTTP, which must answer an empty 200 then. dispatch keeps no reference
+// to frame once it returns: the readers reuse its buffer.
 func (s *Server) dispatch(c *Client, frame []byte) bool {
 	f, err := router.ScanClient(frame, c.scan)
 	if cap(f.Messages) <= maxKeptScan {
@@ -179,15 +181,24 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 		Deadline: now.Add(s.cfg.RequestTimeout),
 		Batch:    b,
 	}
+	// p outlives frame, whose buffer the reader reuses: it keeps a copy
+	// of the client's id.
 	switch method {
 	case methodSubscribe:
+		p.ID = bytes.Clone(id)
 		return s.subscribeLocked(c, frame, m, p, up, out)
 	case methodUnsubscribe:
+		p.ID = bytes.Clone(id)
 		return s.unsubscribeLocked(c, frame, m, p, up, out)
 	}
 	uid := s.reqs.Next()
 	var idBuf [20]byte
-	p.Frame = router.AppendSpliced(make([]byte, 0, len(elem)+20), elem, idSpan, router.AppendUpstreamID(idBuf[:0], uid))
+	// One allocation holds the upstream frame and, after it, the copy of
+	// the client's id.
+	buf := router.AppendSpliced(make([]byte, 0, len(elem)+20+len(id)), elem, idSpan, router.AppendUpstreamID(idBuf[:0], uid))
+	n := len(buf)
+	buf = append(buf, id...)
+	p.Frame, p.ID = buf[:n:n], buf[n:]
 	if !s.enqueueLocked(c, uid, p, up, out) {
 		s.metrics.limit("waiting")
 		return s.errorBytes(id, router.ErrorUnavailable.Because("too many requests waiting for the upstream"))

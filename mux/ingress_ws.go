@@ -19,9 +19,10 @@ func (t *wsTransport) name() string { return "ws" }
 
 func (t *wsTransport) write(ctx context.Context, msgs [][]byte) error {
 	for _, m := range msgs {
-		// A context that never ends, as for the upstream: the session
-		// ends a write by closing the connection (tr.close).
-		if err := t.conn.Write(context.WithoutCancel(ctx), websocket.MessageText, m); err != nil {
+		// A context that never ends, as for the upstream (coder/websocket
+		// watches a cancellable one on every call): the session ends a
+		// write by closing the connection (tr.close).
+		if err := t.conn.Write(context.Background(), websocket.MessageText, m); err != nil {
 			return err
 		}
 	}
@@ -75,18 +76,20 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 }
 
 // readWebSocket is the session's reader: one frame at a time, each handed to
-// the dispatcher.
+// the dispatcher. The frame buffer is reused: dispatch keeps nothing of it.
 func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 	limit := s.cfg.MaxMessageBytes
+	var frame []byte
 	for {
 		// Not c.ctx: cancelling a read context makes coder/websocket drop the
 		// TCP connection at once, before the close frame (1001, 1008) that
-		// tr.close writes. tr.close ends this read instead.
-		_, r, err := conn.Reader(context.WithoutCancel(c.ctx))
+		// tr.close writes. tr.close ends this read instead. And a context
+		// that never ends costs coder/websocket no watcher per read.
+		_, r, err := conn.Reader(context.Background())
 		if err != nil {
 			return
 		}
-		frame, err := io.ReadAll(io.LimitReader(r, limit+1))
+		frame, err = readMessage(frame, r, limit)
 		if err != nil {
 			return
 		}
@@ -96,8 +99,10 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 			if _, err := io.Copy(io.Discard, r); err != nil {
 				return
 			}
+			frame = keepReadBuf(frame)
 			continue
 		}
 		s.dispatch(c, frame)
+		frame = keepReadBuf(frame)
 	}
 }

@@ -84,13 +84,20 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 	// ends the connection is closed, which ends them.
 	stop := context.AfterFunc(ctx, func() { u.CloseNow() })
 	defer stop()
+	// One buffer for every frame: route copies what it keeps. The size
+	// limit is the connection's read limit (reconnect.WebSocketDialer).
+	var frame []byte
 	for {
-		_, frame, err := u.Read(context.Background())
+		_, r, err := u.Reader(context.Background())
+		if err == nil {
+			frame, err = readMessage(frame, r, -1)
+		}
 		if err != nil {
 			return fmt.Errorf("read upstream: %w", err)
 		}
 		s.metrics.UpstreamFramesIn.Inc()
 		s.route(u, frame)
+		frame = keepReadBuf(frame)
 	}
 }
 

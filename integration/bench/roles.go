@@ -46,6 +46,22 @@ func childMain(args []string) int {
 	raiseNofile(0)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// MUXD_BENCH_PROFILE_DIR: write a CPU profile of this child there as
+	// <role>-<pid>.cpu (stop() ends children with SIGTERM first, so it is
+	// flushed).
+	if dir := os.Getenv("MUXD_BENCH_PROFILE_DIR"); dir != "" && *role != "upstream" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.cpu", *role, os.Getpid())))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: %v\n", *role, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: %v\n", *role, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	switch *role {
 	case "upstream":
@@ -367,19 +383,6 @@ func relayCopy(dst, src *websocket.Conn) {
 // ---- muxd -------------------------------------------------------------
 
 func runMuxd(ctx context.Context, upstream string) error {
-	// MUXD_BENCH_PROFILE_DIR: write a CPU profile of this muxd process
-	// there (stop() ends children with SIGTERM first, so it is flushed).
-	if dir := os.Getenv("MUXD_BENCH_PROFILE_DIR"); dir != "" {
-		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("muxd-%d.cpu", os.Getpid())))
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	srv, err := mux.New(mux.Config{
 		Upstream:   upstream,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
