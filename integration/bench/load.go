@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -93,6 +94,32 @@ func appendCall(b []byte, id int64) []byte {
 }
 
 var resultKey = []byte(`"result":`)
+
+// readInto reads the next message into buf (reused). The load generator
+// should cost as little as it can, since it shares the machine with what
+// it measures: no buffer per message, and a context that never ends, so
+// that coder/websocket watches none per read. A reader is stopped by
+// closing its connection.
+func readInto(c *websocket.Conn, buf []byte) ([]byte, error) {
+	_, r, err := c.Reader(context.Background())
+	if err != nil {
+		return buf, err
+	}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
 
 func percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
@@ -198,7 +225,7 @@ func runThroughput(ctx context.Context, e *env, o Options, batch int) (perSec, c
 					id++
 					buf = appendCall(buf, id)
 				}
-				if err := c.Write(loadCtx, websocket.MessageText, buf); err != nil {
+				if err := c.Write(context.Background(), websocket.MessageText, buf); err != nil {
 					fail(err)
 					return
 				}
@@ -206,9 +233,10 @@ func runThroughput(ctx context.Context, e *env, o Options, batch int) (perSec, c
 		})
 		wg.Go(func() { // reader
 			want := int64(max(batch, 1))
+			var msg []byte
 			for {
-				_, msg, err := c.Read(loadCtx)
-				if err != nil {
+				var err error
+				if msg, err = readInto(c, msg); err != nil {
 					fail(err)
 					return
 				}
@@ -275,8 +303,6 @@ func runFanout(ctx context.Context, e *env, o Options, n int) (p50, p99 float64,
 	for i := range all {
 		all[i] = make(chan struct{})
 	}
-	readCtx, stop := context.WithCancel(ctx)
-	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var stray atomic.Int64
@@ -293,10 +319,11 @@ func runFanout(ctx context.Context, e *env, o Options, n int) (p50, p99 float64,
 			return fmt.Errorf("subscribe: %.200s", msg)
 		}
 		wg.Go(func() {
+			var msg []byte
 			for {
-				_, msg, err := c.Read(readCtx)
-				if err != nil {
-					return
+				var err error
+				if msg, err = readInto(c, msg); err != nil {
+					return // closed by closeAll
 				}
 				at := time.Now().UnixNano()
 				seq, ts, ok := parsePush(msg)
