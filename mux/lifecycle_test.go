@@ -328,6 +328,33 @@ func TestUpstreamDown(t *testing.T) {
 		}
 	})
 
+	// Past MaxWaiting, a request gets -32002 at once and loses nothing
+	// else: the ones already held are served when the upstream is up.
+	t.Run("waiting bound", func(t *testing.T) {
+		t.Parallel()
+		g := newDialGate()
+		h := newHarness(t, harnessOpts{noWaitUp: true, cfg: func(c *Config) {
+			g.url = c.Upstream
+			c.Dial = g.dial
+			c.MaxWaiting = 2
+		}})
+		g.waitFails(t, 1)
+		c := h.dial(t)
+		c.send(`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[1]}`)
+		c.send(`{"jsonrpc":"2.0","id":2,"method":"eth_chainId","params":[2]}`)
+		eventually(t, "requests waiting", func() bool { return h.waitingLen() == 2 })
+		c.send(`{"jsonrpc":"2.0","id":3,"method":"eth_gasPrice","params":[3]}`)
+		r := parseResp(t, c.recv())
+		wantError(t, r, `3`, -32002, "upstream unavailable")
+		if !strings.Contains(string(r.Raw), `"reason":"too many requests waiting for the upstream"`) {
+			t.Errorf("refusal lacks its reason: %s", r.Raw)
+		}
+		g.set(true)
+		got := answersByID(t, c, 2)
+		wantEcho(t, got[`1`], `1`, "eth_blockNumber", `[1]`)
+		wantEcho(t, got[`2`], `2`, "eth_chainId", `[2]`)
+	})
+
 	t.Run("down for a while", func(t *testing.T) {
 		t.Parallel()
 		g := newDialGate()

@@ -65,6 +65,7 @@ type Config struct {
 	MaxBatch           int               `toml:"max_batch"`
 	MaxMessageBytes    int64             `toml:"max_message_bytes"`
 	MaxSubscriptions   int               `toml:"max_subscriptions"`
+	MaxWaiting         int               `toml:"max_waiting"`
 	OutboundQueueBytes int               `toml:"outbound_queue_bytes"`
 	HTTPBodyBytes      int64             `toml:"http_body_bytes"`
 }
@@ -93,6 +94,7 @@ func defaults() Config {
 		MaxBatch:           mux.DefaultMaxBatch,
 		MaxMessageBytes:    mux.DefaultMaxMessageBytes,
 		MaxSubscriptions:   mux.DefaultMaxSubscriptions,
+		MaxWaiting:         mux.DefaultMaxWaiting,
 		OutboundQueueBytes: mux.DefaultOutboundQueueBytes,
 		HTTPBodyBytes:      mux.DefaultMaxHTTPBodyBytes,
 	}
@@ -203,6 +205,7 @@ func (c *Config) problems() *multierror.Error {
 		{"max_in_flight", int64(c.MaxInFlight)}, {"max_batch", int64(c.MaxBatch)},
 		{"max_message_bytes", c.MaxMessageBytes}, {"max_subscriptions", int64(c.MaxSubscriptions)},
 		{"outbound_queue_bytes", int64(c.OutboundQueueBytes)}, {"http_body_bytes", c.HTTPBodyBytes},
+		{"max_waiting", int64(c.MaxWaiting)},
 	} {
 		if n.v <= 0 {
 			add("%s: must be positive, got %d", n.name, n.v)

@@ -61,6 +61,7 @@ var optionHelp = map[string]string{
 	"max_batch":            "elements per batch",
 	"max_message_bytes":    "largest client message in bytes",
 	"max_subscriptions":    "subscriptions per client",
+	"max_waiting":          "requests held while no upstream is connected (all clients)",
 	"outbound_queue_bytes": "bytes queued for a client before it is a slow consumer",
 	"http_body_bytes":      "largest HTTP request body in bytes",
 }

@@ -178,6 +178,7 @@ log_level = "loud"
 		{"batch larger than in-flight", []string{"check", "--upstream", "ws://n:1", "--max-batch", "10", "--max-in-flight", "5"}, []string{"max_batch"}},
 		{"reconnect backoff upside down", []string{"check", "--upstream", "ws://n:1", "--reconnect-initial", "20s", "--reconnect-max", "1s"}, []string{"reconnect_initial (20s) is longer than reconnect_max (1s)"}},
 		{"reconnect backoff not positive", []string{"check", "--upstream", "ws://n:1", "--reconnect-initial", "0s"}, []string{"reconnect_initial: must be positive"}},
+		{"waiting bound not positive", []string{"check", "--upstream", "ws://n:1", "--max-waiting", "0"}, []string{"max_waiting: must be positive"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -142,6 +142,7 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 		MaxMessageBytes:    cfg.MaxMessageBytes,
 		OutboundQueueBytes: cfg.OutboundQueueBytes,
 		MaxSubscriptions:   cfg.MaxSubscriptions,
+		MaxWaiting:         cfg.MaxWaiting,
 		MaxClients:         cfg.MaxClients,
 		AllowedHosts:       cfg.AllowedHosts,
 		MaxHTTPBodyBytes:   cfg.HTTPBodyBytes,

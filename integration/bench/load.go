@@ -295,7 +295,7 @@ func (e *env) proxyCPU() time.Duration {
 // the last of the n clients has read it.
 func runFanout(ctx context.Context, e *env, o Options, n int) (p50, p99 float64, err error) {
 	warm := 2
-	total := o.pushesFor(n) + warm
+	total := o.Pushes + warm
 	cnt := make([]atomic.Int64, total)
 	last := make([]atomic.Int64, total)
 	stamp := make([]atomic.Int64, total)
