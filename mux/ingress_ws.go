@@ -99,10 +99,10 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 			if _, err := io.Copy(io.Discard, r); err != nil {
 				return
 			}
-			frame = keepReadBuf(frame)
+			frame = keepReadBuf(frame, maxKeptClientBuf)
 			continue
 		}
 		s.dispatch(c, frame)
-		frame = keepReadBuf(frame)
+		frame = keepReadBuf(frame, maxKeptClientBuf)
 	}
 }

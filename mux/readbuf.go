@@ -5,10 +5,15 @@ import (
 	"io"
 )
 
-// maxKeptReadBuf is the largest read buffer a reader keeps for the next
-// message; one that grew past it for a large message (a block trace) is let
-// go, so that one big answer does not pin memory for the life of a session.
-const maxKeptReadBuf = 1 << 20
+// A reader keeps its buffer for the next message up to a size; one that
+// grew past it for a large message is let go, so that one big message does
+// not pin memory for the life of a session. A client's bound is small
+// (requests are small, and there may be 10,000 clients); the one upstream
+// reader keeps room for a typical block.
+const (
+	maxKeptClientBuf   = 16 << 10
+	maxKeptUpstreamBuf = 4 << 20
+)
 
 // readMessage reads r to its end into dst (reused from the previous message)
 // and returns it, reading at most max bytes when max >= 0: a message longer
@@ -40,9 +45,9 @@ func readMessage(dst []byte, r io.Reader, max int64) ([]byte, error) {
 	}
 }
 
-// keepReadBuf returns buf for reuse, or nil when it grew too large to keep.
-func keepReadBuf(buf []byte) []byte {
-	if cap(buf) > maxKeptReadBuf {
+// keepReadBuf returns buf for reuse, or nil when its capacity is past max.
+func keepReadBuf(buf []byte, max int) []byte {
+	if cap(buf) > max {
 		return nil
 	}
 	return buf[:0]
