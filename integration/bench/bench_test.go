@@ -103,9 +103,15 @@ func TestSmoke(t *testing.T) {
 	}
 	var back Report
 	if err := json.Unmarshal(js, &back); err != nil || len(back.Rows) != len(rep.Rows) {
-		t.Errorf("JSON round trip: %v, %d rows", err, len(back.Rows))
+		t.Fatalf("JSON round trip: %v, %d rows", err, len(back.Rows))
+	}
+	for i, r := range rep.Rows {
+		if (r.Goal == nil) != (back.Rows[i].Goal == nil) || r.Goal != nil && *r.Goal != *back.Rows[i].Goal {
+			t.Errorf("%s: goal %+v after the JSON round trip, want %+v", r.Key, back.Rows[i].Goal, r.Goal)
+		}
 	}
 	checkSVG(t, rep)
+	checkSVG(t, &back) // -replot draws from the JSON
 	t.Logf("\n%s", tbl.String())
 }
 

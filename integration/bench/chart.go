@@ -5,6 +5,8 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -15,8 +17,8 @@ import (
 
 // chart geometry, in SVG user units (px)
 const (
-	chartWidth   = 980
-	chartLabelW  = 430 // left column: figure names
+	chartWidth   = 1040
+	chartLabelW  = 490 // left column: figure names
 	chartPlotW   = 470 // bars
 	chartBarH    = 9
 	chartRowGap  = 14
@@ -116,10 +118,26 @@ func (rep *Report) WriteSVG(w io.Writer) error {
 }
 
 func (r *Row) goalRatio() (float64, bool) {
-	if r.goal == nil {
+	if r.Goal == nil {
 		return 0, false
 	}
-	return r.goal.ratio(r)
+	return r.Goal.ratio(r)
+}
+
+// replotChart draws the report saved in jsonPath (by -out) into svgPath.
+func replotChart(jsonPath, svgPath string) error {
+	if svgPath == "" {
+		return errors.New("-replot needs -chart")
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return fmt.Errorf("replot: %w", err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("replot %s: %w", jsonPath, err)
+	}
+	return writeChart(svgPath, &rep)
 }
 
 func writeChart(path string, rep *Report) error {

@@ -7,6 +7,7 @@
 //	go run ./integration/bench -smoke          # tiny sizes, seconds (CI)
 //	go run ./integration/bench -json -out r.json
 //	go run ./integration/bench -out docs/bench.json -chart docs/bench.svg
+//	go run ./integration/bench -replot docs/bench.json -chart docs/bench.svg
 //	go run ./integration/bench -check          # exit 1 if a target is missed
 //
 // The upstream, the relay and muxd each run as a child process (this binary
@@ -89,7 +90,8 @@ type Row struct {
 	// accepted during the measurement (max over the repetitions).
 	UpstreamConns map[string]int64 `json:"upstream_conns"`
 
-	goal *goal
+	// Goal is the target in numbers (the chart draws it).
+	Goal *goal `json:"goal,omitempty"`
 }
 
 // Report is the whole run.
@@ -118,34 +120,34 @@ type Report struct {
 // goal is a target of issue 6: a limit on muxd's figure, either as a
 // multiple of the relay's (relative) or in the row's unit.
 type goal struct {
-	limit    float64
-	higher   bool // the figure must be at least limit
-	relative bool
-	unit     string
+	Limit    float64 `json:"limit"`
+	Higher   bool    `json:"higher,omitempty"` // the figure must be at least Limit
+	Relative bool    `json:"relative,omitempty"`
+	Unit     string  `json:"unit,omitempty"`
 }
 
 func ratioTarget(limit float64, higher bool) *goal {
-	return &goal{limit: limit, higher: higher, relative: true}
+	return &goal{Limit: limit, Higher: higher, Relative: true}
 }
 
-func absTarget(limit float64, unit string) *goal { return &goal{limit: limit, unit: unit} }
+func absTarget(limit float64, unit string) *goal { return &goal{Limit: limit, Unit: unit} }
 
 func (g *goal) String() string {
 	op := "<="
-	if g.higher {
+	if g.Higher {
 		op = ">="
 	}
-	if g.relative {
-		return fmt.Sprintf("muxd/relay %s %.2f", op, g.limit)
+	if g.Relative {
+		return fmt.Sprintf("muxd/relay %s %.2f", op, g.Limit)
 	}
-	return fmt.Sprintf("muxd %s %g %s", op, g.limit, g.unit)
+	return fmt.Sprintf("muxd %s %g %s", op, g.Limit, g.Unit)
 }
 
 // met reports whether r meets the goal; nil when muxd (or, for a relative
 // goal, the relay) has no figure.
 func (g *goal) met(r *Row) *bool {
 	v, ok := r.Value["muxd"]
-	if g.relative {
+	if g.Relative {
 		if r.MuxdRelay == nil {
 			return nil
 		}
@@ -154,20 +156,20 @@ func (g *goal) met(r *Row) *bool {
 	if !ok {
 		return nil
 	}
-	m := v <= g.limit
-	if g.higher {
-		m = v >= g.limit
+	m := v <= g.Limit
+	if g.Higher {
+		m = v >= g.Limit
 	}
 	return &m
 }
 
 // ratio is the goal as a multiple of the relay's figure (for the chart).
 func (g *goal) ratio(r *Row) (float64, bool) {
-	if g.relative {
-		return g.limit, true
+	if g.Relative {
+		return g.Limit, true
 	}
 	rv := r.Value["relay"]
-	return g.limit / rv, rv != 0
+	return g.Limit / rv, rv != 0
 }
 
 // measurement is one workload run in one mode, producing figures by key.
@@ -234,11 +236,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rows[r.Key] = r
 		rep.Rows = append(rep.Rows, r)
 	}
-	addRow(&Row{Key: "a.p50", Workload: "a", Name: "(a) 1 client sequential: latency p50", Unit: "µs", Better: "lower", goal: ratioTarget(1.15, false)})
-	addRow(&Row{Key: "a.p99", Workload: "a", Name: "(a) 1 client sequential: latency p99", Unit: "µs", Better: "lower", goal: ratioTarget(1.3, false)})
+	addRow(&Row{Key: "a.p50", Workload: "a", Name: "(a) 1 client sequential: latency p50", Unit: "µs", Better: "lower", Goal: ratioTarget(1.15, false)})
+	addRow(&Row{Key: "a.p99", Workload: "a", Name: "(a) 1 client sequential: latency p99", Unit: "µs", Better: "lower", Goal: ratioTarget(1.3, false)})
 	bName := fmt.Sprintf("(b) %d clients x %d outstanding", o.Clients, o.Window)
-	addRow(&Row{Key: "b.rps", Workload: "b", Name: bName + ": throughput", Unit: "req/s", Better: "higher", goal: ratioTarget(0.9, true)})
-	addRow(&Row{Key: "b.cpu", Workload: "b", Name: bName + ": proxy CPU per 1M req", Unit: "CPU-s", Better: "lower", goal: ratioTarget(1.2, false)})
+	addRow(&Row{Key: "b.rps", Workload: "b", Name: bName + ": throughput", Unit: "req/s", Better: "higher", Goal: ratioTarget(0.9, true)})
+	addRow(&Row{Key: "b.cpu", Workload: "b", Name: bName + ": proxy CPU per 1M req", Unit: "CPU-s", Better: "lower", Goal: ratioTarget(1.2, false)})
 	cName := fmt.Sprintf("(c) batches of %d, %d clients x %d outstanding", o.Batch, o.Clients, o.Window)
 	addRow(&Row{Key: "c.rps", Workload: "c", Name: cName + ": throughput", Unit: "elem/s", Better: "higher"})
 	addRow(&Row{Key: "c.cpu", Workload: "c", Name: cName + ": proxy CPU per 1M elem", Unit: "CPU-s", Better: "lower"})
@@ -250,9 +252,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		k := o.Pushes
 		addRow(&Row{Key: w + ".p50", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p50 of %d pushes", n, relayNote(n), k), Unit: "ms", Better: "lower"})
-		addRow(&Row{Key: w + ".p99", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p99 of %d pushes", n, relayNote(n), k), Unit: "ms", Better: "lower", goal: t})
+		addRow(&Row{Key: w + ".p99", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p99 of %d pushes", n, relayNote(n), k), Unit: "ms", Better: "lower", Goal: t})
 	}
-	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients%s: proxy RSS per client", idle, relayNote(idle)), Unit: "KiB", Better: "lower", goal: absTarget(24, "KiB")})
+	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients%s: proxy RSS per client", idle, relayNote(idle)), Unit: "KiB", Better: "lower", Goal: absTarget(24, "KiB")})
 
 	ms := []measurement{
 		{"a", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
@@ -332,8 +334,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			x := mv / dv
 			row.MuxdDirect = &x
 		}
-		if row.goal != nil {
-			row.Target, row.TargetMet = row.goal.String(), row.goal.met(row)
+		if row.Goal != nil {
+			row.Target, row.TargetMet = row.Goal.String(), row.Goal.met(row)
 		}
 	}
 	rep.ElapsedSec = time.Since(start).Seconds()
@@ -463,6 +465,7 @@ func main() {
 		duration = flag.Duration("duration", 0, "duration of each latency/throughput measurement (default 1.5s, smoke 1s)")
 		out      = flag.String("out", "", "also write the JSON report to this file")
 		chart    = flag.String("chart", "", "also draw the report as an SVG chart in this file")
+		replot   = flag.String("replot", "", "run nothing: draw the JSON report in this file (from -out) as the -chart")
 		check    = flag.Bool("check", false, "exit 1 when a target of issue 6 is missed")
 		quiet    = flag.Bool("q", false, "no progress lines on stderr")
 		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e")
@@ -485,6 +488,13 @@ func main() {
 		o.Progress = os.Stderr
 	}
 	o.Only = *only
+	if *replot != "" {
+		if err := replotChart(*replot, *chart); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	rep, err := Run(context.Background(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
