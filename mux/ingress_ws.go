@@ -13,18 +13,34 @@ import (
 )
 
 // wsTransport carries a client session over a WebSocket.
-type wsTransport struct{ conn *websocket.Conn }
+type wsTransport struct {
+	conn *websocket.Conn
+	cork *corkConn // the socket under conn; nil if it could not be wrapped
+}
 
 func (t *wsTransport) name() string { return "ws" }
 
+// write sends msgs as one WebSocket message each, in one system call when
+// there are several (one answer each is the common case under load: a
+// writer that wakes finds a few).
 func (t *wsTransport) write(ctx context.Context, msgs [][]byte) error {
+	corked := t.cork != nil && len(msgs) > 1
+	if corked {
+		t.cork.cork()
+	}
 	for _, m := range msgs {
 		// A context that never ends, as for the upstream (coder/websocket
 		// watches a cancellable one on every call): the session ends a
 		// write by closing the connection (tr.close).
 		if err := t.conn.Write(context.Background(), websocket.MessageText, m); err != nil {
+			if corked {
+				t.cork.uncork()
+			}
 			return err
 		}
+	}
+	if corked {
+		return t.cork.uncork()
 	}
 	return nil
 }
@@ -50,7 +66,8 @@ func (t *wsTransport) close(code int, reason string) {
 // ServeWebSocket upgrades r to a WebSocket and runs a client session on it
 // until either side closes.
 func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	cw := &corkingWriter{ResponseWriter: w}
+	conn, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
 		OriginPatterns:  s.cfg.AllowedOrigins,
 		CompressionMode: websocket.CompressionDisabled,
 	})
@@ -62,7 +79,7 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	// the end; the library's own limit, well above, only stops a peer that
 	// streams without end.
 	conn.SetReadLimit(4*s.cfg.MaxMessageBytes + 1024)
-	c, err := s.newClient(context.WithoutCancel(r.Context()), &wsTransport{conn})
+	c, err := s.newClient(context.WithoutCancel(r.Context()), &wsTransport{conn: conn, cork: cw.conn})
 	if err != nil {
 		code := websocket.StatusTryAgainLater
 		if errors.Is(err, ErrClosed) {

@@ -1,0 +1,103 @@
+package mux
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// corkLimit bounds what a corked connection holds unwritten; past it the
+// buffer is written out at once.
+const corkLimit = 64 << 10
+
+// corkConn lets a session's writer send every message it has in one system
+// call. coder/websocket flushes each message to the socket on its own; while
+// the connection is corked, Write only appends to a buffer, and uncork
+// writes the buffer out. Uncorked, Write goes straight to the socket.
+//
+// coder/websocket serializes its writes (the writer's messages, pongs from
+// the reader, the close frame), so Write is never called concurrently with
+// itself; uncork may be, and holds the lock while it writes so that a write
+// that comes meanwhile follows the buffer instead of overtaking it. Close
+// is not held up by either.
+type corkConn struct {
+	net.Conn
+
+	mu     sync.Mutex
+	corked bool
+	buf    []byte
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		return c.Conn.Write(p)
+	}
+	c.buf = append(c.buf, p...)
+	if len(c.buf) >= corkLimit {
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// cork makes Write buffer until uncork.
+func (c *corkConn) cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.mu.Unlock()
+}
+
+// uncork writes out what was buffered since cork, in one call, and makes
+// Write go straight to the socket again.
+func (c *corkConn) uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	return c.flushLocked()
+}
+
+func (c *corkConn) flushLocked() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.buf)
+	if cap(c.buf) > corkLimit*2 {
+		c.buf = nil
+	} else {
+		c.buf = c.buf[:0]
+	}
+	if err != nil {
+		return fmt.Errorf("write corked messages: %w", err)
+	}
+	return nil
+}
+
+// corkingWriter hands coder/websocket's Accept a connection it can cork: its
+// Hijack wraps the hijacked socket, and points the buffered writer the
+// library writes through at the wrapper.
+type corkingWriter struct {
+	http.ResponseWriter
+	conn *corkConn // set by Hijack
+}
+
+func (w *corkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("flush before hijack: %w", err)
+	}
+	w.conn = &corkConn{Conn: c}
+	brw.Writer.Reset(w.conn)
+	return w.conn, brw, nil
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *corkingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
