@@ -162,3 +162,19 @@ func checkSyntaxVerdict(t *testing.T, frame []byte, err error) {
 		t.Fatalf("%q: valid JSON rejected: %v", frame, err)
 	}
 }
+
+// FuzzPlainRun: the word-at-a-time string scan stops exactly where the byte
+// loop does, for any bytes and any start.
+func FuzzPlainRun(f *testing.F) {
+	f.Add([]byte(`0x70a08231000000000000000000000000f39fd6e5"`), 0)
+	f.Add([]byte("abc\\\"def\x01"), 2)
+	f.Add([]byte("\xff\xfe\x80\x7f\x20\x1f"), 0)
+	f.Fuzz(func(t *testing.T, b []byte, start int) {
+		if start < 0 || start > len(b) {
+			return
+		}
+		if got, want := plainRun(b, start), naivePlainRun(b, start); got != want {
+			t.Fatalf("plainRun(%q, %d) = %d, want %d", b, start, got, want)
+		}
+	})
+}

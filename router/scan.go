@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -507,10 +508,7 @@ func skipString(b []byte, i int) (int, error) {
 	for {
 		// Jump over the plain run in one go: this is where long hex
 		// strings in results spend their time.
-		j := i
-		for j < len(b) && b[j] != '"' && b[j] != '\\' && b[j] >= 0x20 {
-			j++
-		}
+		j := plainRun(b, i)
 		if j >= len(b) {
 			return 0, ErrParse
 		}
@@ -541,6 +539,33 @@ func skipString(b []byte, i int) (int, error) {
 			return 0, ErrParse
 		}
 	}
+}
+
+// Word-at-a-time constants: a byte of ones, and the high bit of each byte.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// plainRun returns the index of the first byte at or after i that ends a
+// plain run inside a JSON string: '"', '\\' or a control character (or
+// len(b)). Eight bytes are tested at once while none of them is one of
+// those: x^q has a zero byte where x has a '"', and v-lsb&^v has a high bit
+// set below any zero byte of v; (x-0x20*lsb)&^x the same for bytes under
+// 0x20. A word that might hold one is then walked byte by byte.
+func plainRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (lsb * '"')
+		e := x ^ (lsb * '\\')
+		if ((q-lsb)&^q|(e-lsb)&^e|(x-lsb*0x20)&^x)&msb != 0 {
+			break
+		}
+	}
+	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+		i++
+	}
+	return i
 }
 
 func isHex(c byte) bool {

@@ -710,3 +710,35 @@ func TestScanAgreesWithEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// naivePlainRun is plainRun one byte at a time: the definition it must match.
+func naivePlainRun(b []byte, i int) int {
+	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+		i++
+	}
+	return i
+}
+
+// TestPlainRun puts every byte value at every position of a 20-byte run, from
+// every start offset in the first word, and compares with the byte loop:
+// the word-at-a-time test must neither miss a stop byte nor stop early.
+func TestPlainRun(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		for at := 0; at < 20; at++ {
+			b := bytes.Repeat([]byte("a"), 20)
+			b[at] = byte(c)
+			for start := 0; start < 9; start++ {
+				if got, want := plainRun(b, start), naivePlainRun(b, start); got != want {
+					t.Fatalf("byte %#02x at %d, start %d: plainRun = %d, want %d", c, at, start, got, want)
+				}
+			}
+		}
+	}
+	// runs shorter than a word, and the empty tail
+	for n := 0; n < 8; n++ {
+		b := bytes.Repeat([]byte("0"), n)
+		if got := plainRun(b, 0); got != n {
+			t.Errorf("plain run of %d: plainRun = %d", n, got)
+		}
+	}
+}
