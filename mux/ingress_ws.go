@@ -88,8 +88,14 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 		conn.Close(code, err.Error())
 		return
 	}
-	defer s.removeClient(c)
-	s.readWebSocket(c, conn)
+	// The session reads on a goroutine of its own and the handler returns:
+	// net/http's connection goroutine, its stack grown deep by the server,
+	// and its per-request state are let go, which is most of what an idle
+	// client would otherwise cost. The hijacked socket is the session's.
+	go func() {
+		defer s.removeClient(c)
+		s.readWebSocket(c, conn)
+	}()
 }
 
 // readWebSocket is the session's reader: one frame at a time, each handed to
