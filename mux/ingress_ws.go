@@ -63,8 +63,9 @@ func (t *wsTransport) close(code int, reason string) {
 	}
 }
 
-// ServeWebSocket upgrades r to a WebSocket and runs a client session on it
-// until either side closes.
+// ServeWebSocket upgrades r to a WebSocket and starts a client session on
+// it, which runs until either side closes; it returns once the session has
+// started (or been refused).
 func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	cw := &corkingWriter{ResponseWriter: w}
 	conn, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
