@@ -22,6 +22,7 @@ type holder struct {
 	mu      sync.Mutex
 	methods map[string]bool
 	held    []heldReq
+	changed chan struct{} // closed and replaced when a request is held
 }
 
 type heldReq struct {
@@ -30,7 +31,7 @@ type heldReq struct {
 }
 
 func newHolder(methods ...string) *holder {
-	h := &holder{methods: map[string]bool{}}
+	h := &holder{methods: map[string]bool{}, changed: make(chan struct{})}
 	for _, m := range methods {
 		h.methods[m] = true
 	}
@@ -41,11 +42,36 @@ func (h *holder) handle(fc *fakeConn, r fakeReq) {
 	h.mu.Lock()
 	if h.methods[r.Method] {
 		h.held = append(h.held, heldReq{fc, r})
+		close(h.changed)
+		h.changed = make(chan struct{})
 		h.mu.Unlock()
 		return
 	}
 	h.mu.Unlock()
 	fc.Answer(r)
+}
+
+// takeN waits until at least n requests are held, then takes them all.
+func (h *holder) takeN(t *testing.T, n int) []heldReq {
+	t.Helper()
+	deadline := time.NewTimer(testTimeout)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		ch := h.changed
+		if len(h.held) >= n {
+			out := h.held
+			h.held = nil
+			h.mu.Unlock()
+			return out
+		}
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("holder: timed out waiting for %d held requests", n)
+		}
+	}
 }
 
 // take returns what is held and forgets it.
@@ -90,7 +116,7 @@ func TestRequestTimeout(t *testing.T) {
 	}
 
 	// The node answers at last: the answers match nothing and reach no one.
-	late := hold.take()
+	late := hold.takeN(t, 2)
 	if len(late) != 2 {
 		t.Fatalf("fake held %d requests, want 2", len(late))
 	}

@@ -318,7 +318,7 @@ func TestSubscriptions(t *testing.T) {
 		fc.WaitLiveSubs(t, 1)
 		fc.PushAll(t, `"early"`)
 		held := fc.WaitReqs(t, 2)
-		for _, l := range hold.take() {
+		for _, l := range hold.takeN(t, 1) { // WaitReqs counts a request before the holder has it
 			fc.MustWrite(t, echo(l.r))
 		}
 		got := parseBatch(t, c.recv())
@@ -374,8 +374,7 @@ func TestSubscriptions(t *testing.T) {
 		eventually(t, "the first client to be gone", func() bool { return len(h.clientIDs()) == 0 })
 		c2 := h.dial(t)
 		c2.send(`{"jsonrpc":"2.0","id":2,"method":"eth_subscribe","params":["newHeads"]}`)
-		fc.WaitReqs(t, 2)
-		for _, l := range hold.take() { // in arrival order
+		for _, l := range hold.takeN(t, 2) { // in arrival order
 			fc.Subscribe(l.r)
 		}
 		r := parseResp(t, c2.recv())
@@ -410,7 +409,7 @@ func TestSubscriptions(t *testing.T) {
 		c := h.dial(t)
 		r := parseResp(t, c.call(`{"jsonrpc":"2.0","id":"late","method":"eth_subscribe","params":["newHeads"]}`))
 		wantError(t, r, `"late"`, -32002, "request timed out")
-		for _, l := range hold.take() {
+		for _, l := range hold.takeN(t, 1) {
 			fc.Subscribe(l.r)
 		}
 		h.fake.Wait(t, "eth_unsubscribe of the orphan", func() bool { return len(fc.unsubs) == 1 })

@@ -2,6 +2,7 @@ package gethtest
 
 import (
 	"encoding/json"
+	"regexp"
 	"testing"
 	"time"
 
@@ -47,8 +48,14 @@ func TestSubscribeErrorsMatchDirect(t *testing.T) {
 		if err := c.CallContext(ctxT(t, 10*time.Second), &id, "eth_subscribe", "newHeads"); err != nil {
 			t.Fatalf("%s eth_subscribe: %v", name, err)
 		}
-		if len(id) != 34 || id[:2] != "0x" {
-			t.Errorf("%s subscription id %q is not 0x + 32 hex digits", name, id)
+		// geth writes its 16 random bytes as hex with leading zeros
+		// trimmed (one id in 16 has 31 digits or fewer); muxd keeps all 32.
+		want := `^0x[0-9a-f]{1,32}$`
+		if name == "via" {
+			want = `^0x[0-9a-f]{32}$`
+		}
+		if !regexp.MustCompile(want).MatchString(id) {
+			t.Errorf("%s subscription id %q does not match %s", name, id, want)
 		}
 		first := callOutcome(t, c, call{"eth_unsubscribe", []any{id}})
 		second := callOutcome(t, c, call{"eth_unsubscribe", []any{id}})
