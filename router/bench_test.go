@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +127,27 @@ func BenchmarkRouteResponse(b *testing.B) {
 			b.Fatal("not pending")
 		}
 		out = AppendSpliced(out[:0], frame, m.ID, p.ID)
+	}
+}
+
+// BenchmarkDropClient removes a departing client's 10 requests from a table
+// that also holds others' requests: the cost should not grow with them.
+func BenchmarkDropClient(b *testing.B) {
+	for _, others := range []int{100, 100000} {
+		b.Run(fmt.Sprintf("others=%d", others), func(b *testing.B) {
+			r := NewRequests()
+			for i := 0; i < others; i++ {
+				r.Add(r.Next(), Pending{Client: ClientID(i%1000 + 2), ID: []byte("1")})
+			}
+			p := Pending{Client: 1, ID: []byte("1")}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for k := 0; k < 10; k++ {
+					r.Add(r.Next(), p)
+				}
+				r.DropClient(1, nil)
+			}
+		})
 	}
 }

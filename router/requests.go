@@ -45,16 +45,28 @@ type Requests struct {
 	// m maps an upstream id to its Pending in slots. Pending is too large
 	// for a map to hold inline (over 128 bytes), so a map[uint64]Pending
 	// would allocate on every insert; slots are reused through free.
-	m        map[uint64]int
-	slots    []Pending
-	free     []int
-	perCli   map[ClientID]int
+	m     map[uint64]int
+	slots []slot
+	free  []int
+	// perCli heads each client's list of slots, so that a departing
+	// client's requests are found without a walk over the whole table.
+	perCli   map[ClientID]clientSlots
 	deadline deadlineHeap
 }
 
+// slot holds one pending request and links it into its client's list.
+type slot struct {
+	p          Pending
+	id         uint64 // its upstream id
+	prev, next int    // neighbouring slots of the same client; -1 ends the list
+}
+
+// clientSlots is one client's list of slots: how many, and the first.
+type clientSlots struct{ n, head int }
+
 // NewRequests returns an empty table whose first upstream id is 1.
 func NewRequests() *Requests {
-	return &Requests{m: make(map[uint64]int), perCli: make(map[ClientID]int)}
+	return &Requests{m: make(map[uint64]int), perCli: make(map[ClientID]clientSlots)}
 }
 
 // Next returns a fresh upstream id.
@@ -65,22 +77,21 @@ func (r *Requests) Next() uint64 {
 
 // Add records p under upstream id id (from Next, or an id being retried).
 func (r *Requests) Add(id uint64, p Pending) {
-	if i, ok := r.m[id]; ok {
-		r.release(r.slots[i].Client)
-		r.slots[i] = p
+	i, ok := r.m[id]
+	if ok {
+		r.unlink(i)
 	} else {
-		var i int
 		if n := len(r.free); n > 0 {
 			i = r.free[n-1]
 			r.free = r.free[:n-1]
 		} else {
 			i = len(r.slots)
-			r.slots = append(r.slots, Pending{})
+			r.slots = append(r.slots, slot{})
 		}
-		r.slots[i] = p
 		r.m[id] = i
 	}
-	r.perCli[p.Client]++
+	r.slots[i].p, r.slots[i].id = p, id
+	r.link(i)
 	if !p.Deadline.IsZero() {
 		r.deadline.push(deadlineItem{p.Deadline, id})
 	}
@@ -94,23 +105,49 @@ func (r *Requests) Take(id uint64) (Pending, bool) {
 	if !ok {
 		return Pending{}, false
 	}
-	p := r.slots[i]
+	p := r.slots[i].p
 	r.remove(id, i)
 	return p, true
 }
 
 // remove deletes id, whose Pending is in slots[i].
 func (r *Requests) remove(id uint64, i int) {
-	r.release(r.slots[i].Client)
-	r.slots[i] = Pending{} // let the frame and id bytes go
+	r.unlink(i)
+	r.slots[i] = slot{} // let the frame and id bytes go
 	r.free = append(r.free, i)
 	delete(r.m, id)
 }
 
-// release takes one request off client c's count.
-func (r *Requests) release(c ClientID) {
-	if n := r.perCli[c] - 1; n > 0 {
-		r.perCli[c] = n
+// link puts slots[i] at the head of its client's list.
+func (r *Requests) link(i int) {
+	c := r.slots[i].p.Client
+	l, ok := r.perCli[c]
+	if !ok {
+		l.head = -1
+	}
+	r.slots[i].prev, r.slots[i].next = -1, l.head
+	if l.head >= 0 {
+		r.slots[l.head].prev = i
+	}
+	r.perCli[c] = clientSlots{n: l.n + 1, head: i}
+}
+
+// unlink takes slots[i] out of its client's list.
+func (r *Requests) unlink(i int) {
+	s := &r.slots[i]
+	c := s.p.Client
+	l := r.perCli[c]
+	if s.prev >= 0 {
+		r.slots[s.prev].next = s.next
+	} else {
+		l.head = s.next
+	}
+	if s.next >= 0 {
+		r.slots[s.next].prev = s.prev
+	}
+	s.prev, s.next = -1, -1
+	if l.n--; l.n > 0 {
+		r.perCli[c] = l
 	} else {
 		delete(r.perCli, c)
 	}
@@ -120,7 +157,7 @@ func (r *Requests) release(c ClientID) {
 func (r *Requests) Len() int { return len(r.m) }
 
 // InFlight is the number of requests in flight for client c.
-func (r *Requests) InFlight(c ClientID) int { return r.perCli[c] }
+func (r *Requests) InFlight(c ClientID) int { return r.perCli[c].n }
 
 // Expire removes every request whose deadline is not after now and calls fn
 // for each, earliest deadline first.
@@ -132,10 +169,10 @@ func (r *Requests) Expire(now time.Time, fn func(id uint64, p Pending)) {
 		}
 		r.deadline.pop()
 		i, ok := r.m[top.id]
-		if !ok || !r.slots[i].Deadline.Equal(top.at) {
+		if !ok || !r.slots[i].p.Deadline.Equal(top.at) {
 			continue // answered already, or re-added with another deadline
 		}
-		p := r.slots[i]
+		p := r.slots[i].p
 		r.remove(top.id, i)
 		fn(top.id, p)
 	}
@@ -151,18 +188,22 @@ func (r *Requests) NextDeadline() (time.Time, bool) {
 }
 
 // DropClient removes every request of client c, for a client that has gone.
-// Answers that still come for them then match nothing and are dropped.
+// Answers that still come for them then match nothing and are dropped. It
+// costs in proportion to c's requests, not to the table. fn, if not nil, is
+// called for each request removed and must not change r.
 func (r *Requests) DropClient(c ClientID, fn func(id uint64, p Pending)) {
-	if r.perCli[c] == 0 {
+	l, ok := r.perCli[c]
+	if !ok {
 		return
 	}
-	for id, i := range r.m {
-		if p := r.slots[i]; p.Client == c {
-			r.remove(id, i)
-			if fn != nil {
-				fn(id, p)
-			}
+	for i := l.head; i >= 0; {
+		next := r.slots[i].next
+		p, id := r.slots[i].p, r.slots[i].id
+		r.remove(id, i)
+		if fn != nil {
+			fn(id, p)
 		}
+		i = next
 	}
 }
 
@@ -173,7 +214,7 @@ func (r *Requests) Discard(fn func(id uint64, p Pending)) {
 	old, slots := r.m, r.slots
 	r.m = make(map[uint64]int)
 	r.slots, r.free = nil, nil
-	r.perCli = make(map[ClientID]int)
+	r.perCli = make(map[ClientID]clientSlots)
 	r.deadline = deadlineHeap{}
 	if fn == nil {
 		return
@@ -184,7 +225,7 @@ func (r *Requests) Discard(fn func(id uint64, p Pending)) {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		fn(id, slots[old[id]])
+		fn(id, slots[old[id]].p)
 	}
 }
 
@@ -196,7 +237,7 @@ func (r *Requests) compact() {
 	}
 	live := r.deadline.items[:0]
 	for _, it := range r.deadline.items {
-		if i, ok := r.m[it.id]; ok && r.slots[i].Deadline.Equal(it.at) {
+		if i, ok := r.m[it.id]; ok && r.slots[i].p.Deadline.Equal(it.at) {
 			live = append(live, it)
 		}
 	}

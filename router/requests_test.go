@@ -359,8 +359,8 @@ func TestRequestsSlotsReleased(t *testing.T) {
 	if len(r.slots) != 1 {
 		t.Errorf("%d slots for one request at a time", len(r.slots))
 	}
-	for _, p := range r.slots {
-		if p.Frame != nil || p.ID != nil {
+	for _, sl := range r.slots {
+		if sl.p.Frame != nil || sl.p.ID != nil {
 			t.Error("freed slot still holds the request")
 		}
 	}
@@ -381,5 +381,98 @@ func TestRequestsHeapOrder(t *testing.T) {
 	}
 	if !slices.IsSortedFunc(got, func(a, b expired) int { return a.p.Deadline.Compare(b.p.Deadline) }) {
 		t.Fatal("not in deadline order")
+	}
+}
+
+// TestRequestsModel runs random Add (new and re-added ids), Take, DropClient
+// and Expire against a plain map and checks after every step that both
+// agree on what is pending, per client and in all, and that every client's
+// slot list holds exactly that client's requests.
+func TestRequestsModel(t *testing.T) {
+	r := NewRequests()
+	model := map[uint64]Pending{}
+	seed := uint64(7)
+	rnd := func(n int) int {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return int(seed>>33) % n
+	}
+	var ids []uint64
+	for step := 0; step < 20000; step++ {
+		switch op := rnd(10); {
+		case op < 4: // a new request
+			id := r.Next()
+			p := pend(ClientID(rnd(5)), "x", time.Duration(rnd(50)+1)*time.Millisecond)
+			r.Add(id, p)
+			model[id] = p
+			ids = append(ids, id)
+		case op < 5 && len(ids) > 0: // an id added again (a retry), maybe for another client
+			id := ids[rnd(len(ids))]
+			p := pend(ClientID(rnd(5)), "y", time.Duration(rnd(50)+1)*time.Millisecond)
+			r.Add(id, p)
+			model[id] = p
+		case op < 8 && len(ids) > 0:
+			id := ids[rnd(len(ids))]
+			p, ok := r.Take(id)
+			mp, mok := model[id]
+			if ok != mok || ok && (p.Client != mp.Client || string(p.ID) != string(mp.ID)) {
+				t.Fatalf("step %d: Take(%d) = %v %v, model %v %v", step, id, p.Client, ok, mp.Client, mok)
+			}
+			delete(model, id)
+		case op < 9:
+			c := ClientID(rnd(5))
+			r.DropClient(c, func(id uint64, p Pending) {
+				if mp, ok := model[id]; !ok || mp.Client != c || p.Client != c {
+					t.Fatalf("step %d: DropClient(%d) removed %d of client %d (model has %v)", step, c, id, p.Client, ok)
+				}
+				delete(model, id)
+			})
+		default:
+			now := t0.Add(time.Duration(rnd(60)) * time.Millisecond)
+			r.Expire(now, func(id uint64, p Pending) {
+				if p.Deadline.After(now) {
+					t.Fatalf("step %d: expired %d before its deadline", step, id)
+				}
+				delete(model, id)
+			})
+			for id, p := range model {
+				if !p.Deadline.After(now) {
+					t.Fatalf("step %d: %d past its deadline still pending", step, id)
+				}
+			}
+		}
+		if step%97 == 0 || step == 19999 {
+			checkModel(t, r, model)
+		}
+	}
+}
+
+func checkModel(t *testing.T, r *Requests, model map[uint64]Pending) {
+	t.Helper()
+	if r.Len() != len(model) {
+		t.Fatalf("Len %d, model %d", r.Len(), len(model))
+	}
+	per := map[ClientID]int{}
+	for _, p := range model {
+		per[p.Client]++
+	}
+	for c := ClientID(0); c < 5; c++ {
+		if r.InFlight(c) != per[c] {
+			t.Fatalf("InFlight(%d) = %d, model %d", c, r.InFlight(c), per[c])
+		}
+		n := 0
+		prev := -1
+		for i := r.perCli[c].head; r.perCli[c].n > 0 && i >= 0; i = r.slots[i].next {
+			if r.slots[i].p.Client != c || r.slots[i].prev != prev {
+				t.Fatalf("client %d's list is broken at slot %d", c, i)
+			}
+			if _, ok := model[r.slots[i].id]; !ok {
+				t.Fatalf("client %d's list holds %d, which is not pending", c, r.slots[i].id)
+			}
+			prev = i
+			n++
+		}
+		if n != per[c] {
+			t.Fatalf("client %d's list has %d slots, model %d", c, n, per[c])
+		}
 	}
 }
