@@ -200,6 +200,21 @@ type dialGate struct {
 
 func newDialGate() *dialGate { return &dialGate{changed: make(chan struct{})} }
 
+// gatedHarness is a harness whose upstream dials go through a gate, closed
+// (open when open is true); cfg, if not nil, adjusts the rest.
+func gatedHarness(t *testing.T, open bool, cfg func(*Config)) (*harness, *dialGate) {
+	g := newDialGate()
+	g.set(open)
+	h := newHarness(t, harnessOpts{noWaitUp: !open, cfg: func(c *Config) {
+		g.url = c.Upstream
+		c.Dial = g.dial
+		if cfg != nil {
+			cfg(c)
+		}
+	}})
+	return h, g
+}
+
 func (g *dialGate) dial(ctx context.Context) (*websocket.Conn, error) {
 	g.mu.Lock()
 	open := g.open
@@ -306,8 +321,7 @@ func TestUpstreamDown(t *testing.T) {
 
 	t.Run("down at start", func(t *testing.T) {
 		t.Parallel()
-		g := newDialGate()
-		h := newHarness(t, harnessOpts{noWaitUp: true, cfg: func(c *Config) { g.url = c.Upstream; c.Dial = g.dial }})
+		h, g := gatedHarness(t, false, nil)
 		g.waitFails(t, 1)
 		c := h.dial(t)
 		sendAll(c)
@@ -330,12 +344,7 @@ func TestUpstreamDown(t *testing.T) {
 
 	t.Run("never up", func(t *testing.T) {
 		t.Parallel()
-		g := newDialGate()
-		h := newHarness(t, harnessOpts{noWaitUp: true, cfg: func(c *Config) {
-			g.url = c.Upstream
-			c.Dial = g.dial
-			c.RequestTimeout = 300 * time.Millisecond
-		}})
+		h, _ := gatedHarness(t, false, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
 		c := h.dial(t)
 		sendAll(c)
 		c.send(`{"jsonrpc":"2.0","id":5,"method":"eth_subscribe","params":["newHeads"]}`)
@@ -358,12 +367,7 @@ func TestUpstreamDown(t *testing.T) {
 	// else: the ones already held are served when the upstream is up.
 	t.Run("waiting bound", func(t *testing.T) {
 		t.Parallel()
-		g := newDialGate()
-		h := newHarness(t, harnessOpts{noWaitUp: true, cfg: func(c *Config) {
-			g.url = c.Upstream
-			c.Dial = g.dial
-			c.MaxWaiting = 2
-		}})
+		h, g := gatedHarness(t, false, func(c *Config) { c.MaxWaiting = 2 })
 		g.waitFails(t, 1)
 		c := h.dial(t)
 		c.send(`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[1]}`)
@@ -383,9 +387,7 @@ func TestUpstreamDown(t *testing.T) {
 
 	t.Run("down for a while", func(t *testing.T) {
 		t.Parallel()
-		g := newDialGate()
-		g.set(true)
-		h := newHarness(t, harnessOpts{cfg: func(c *Config) { g.url = c.Upstream; c.Dial = g.dial }})
+		h, g := gatedHarness(t, true, nil)
 		c := h.dial(t)
 		c.barrier()
 		g.set(false)
