@@ -6,11 +6,22 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
-// corkLimit bounds what a corked connection holds unwritten; past it the
-// buffer is written out at once.
-const corkLimit = 64 << 10
+const (
+	// corkLimit bounds what a corked connection holds unwritten; a
+	// message that would take it past goes out at once, with the buffer
+	// before it, in one writev and without being copied.
+	corkLimit = 64 << 10
+	// maxKeptCorkBuf is the largest buffer a connection keeps between
+	// batches, as for read buffers: one burst must not pin memory for
+	// the life of an idle session.
+	maxKeptCorkBuf = 16 << 10
+	// corkCloseWait bounds how long Close waits for the peer to take
+	// what is still buffered.
+	corkCloseWait = 100 * time.Millisecond
+)
 
 // corkConn lets a session's writer send every message it has in one system
 // call. coder/websocket flushes each message to the socket on its own; while
@@ -20,29 +31,55 @@ const corkLimit = 64 << 10
 // coder/websocket serializes its writes (the writer's messages, pongs from
 // the reader, the close frame), so Write is never called concurrently with
 // itself; uncork may be, and holds the lock while it writes so that a write
-// that comes meanwhile follows the buffer instead of overtaking it. Close
-// is not held up by either.
+// that comes meanwhile follows the buffer instead of overtaking it.
+//
+// Close writes out what is buffered first: coder/websocket closes the socket
+// right after it writes a close frame (its answer to the client's close, or
+// its own), which may still be in the buffer behind answers. It waits at
+// most corkCloseWait for a peer that does not read.
 type corkConn struct {
 	net.Conn
 
 	mu     sync.Mutex
 	corked bool
+	closed bool
 	buf    []byte
 }
 
 func (c *corkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return 0, net.ErrClosed
+	}
 	if !c.corked {
 		return c.Conn.Write(p)
 	}
-	c.buf = append(c.buf, p...)
-	if len(c.buf) >= corkLimit {
-		if err := c.flushLocked(); err != nil {
-			return 0, err
-		}
+	if len(c.buf)+len(p) < corkLimit {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	bufs := net.Buffers{c.buf, p}
+	_, err := bufs.WriteTo(c.Conn)
+	c.resetLocked()
+	if err != nil {
+		return 0, fmt.Errorf("write corked messages: %w", err)
 	}
 	return len(p), nil
+}
+
+// Close writes out what is buffered, waiting at most corkCloseWait, and
+// closes the socket. The deadline also ends a write in progress that holds
+// the lock (a peer that does not read).
+func (c *corkConn) Close() error {
+	c.Conn.SetWriteDeadline(time.Now().Add(corkCloseWait))
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		c.flushLocked() // closing either way; the peer may have gone
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // cork makes Write buffer until uncork.
@@ -66,15 +103,21 @@ func (c *corkConn) flushLocked() error {
 		return nil
 	}
 	_, err := c.Conn.Write(c.buf)
-	if cap(c.buf) > corkLimit*2 {
-		c.buf = nil
-	} else {
-		c.buf = c.buf[:0]
-	}
+	c.resetLocked()
 	if err != nil {
 		return fmt.Errorf("write corked messages: %w", err)
 	}
 	return nil
+}
+
+// resetLocked empties the buffer, letting it go when it grew past
+// maxKeptCorkBuf.
+func (c *corkConn) resetLocked() {
+	if cap(c.buf) > maxKeptCorkBuf {
+		c.buf = nil
+	} else {
+		c.buf = c.buf[:0]
+	}
 }
 
 // corkingWriter hands coder/websocket's Accept a connection it can cork: its

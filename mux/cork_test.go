@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -44,6 +45,20 @@ func (c *recordingConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	return len(p), nil
+}
+
+func (c *recordingConn) SetWriteDeadline(d time.Time) error {
+	if c.Conn != nil {
+		return c.Conn.SetWriteDeadline(d)
+	}
+	return nil
+}
+
+func (c *recordingConn) Close() error {
+	if c.Conn != nil {
+		return c.Conn.Close()
+	}
+	return nil
 }
 
 func (c *recordingConn) got() []string {
@@ -82,13 +97,27 @@ func TestCorkConn(t *testing.T) {
 			c.cork()
 			return c.uncork()
 		}, nil, nil},
+		// The buffer and the message that would cross corkLimit go out
+		// at once, the message uncopied: one writev on a TCP socket, two
+		// writes on this fake.
 		{"past the limit the buffer is written at once", nil, func(c *corkConn) error {
 			c.cork()
 			c.Write([]byte(big))
 			c.Write([]byte(big)) // crosses corkLimit
 			c.Write([]byte("tail"))
 			return c.uncork()
-		}, []string{big + big, "tail"}, nil},
+		}, []string{big, big, "tail"}, nil},
+		{"close writes out what is buffered", nil, func(c *corkConn) error {
+			c.cork()
+			c.Write([]byte("answer"))
+			c.Write([]byte("close frame"))
+			return c.Close()
+		}, []string{"answerclose frame"}, nil},
+		{"writes after close fail", nil, func(c *corkConn) error {
+			c.Close()
+			_, err := c.Write([]byte("late"))
+			return err
+		}, nil, net.ErrClosed},
 		{"after uncork, writes go straight again", nil, func(c *corkConn) error {
 			c.cork()
 			c.Write([]byte("a"))
@@ -116,6 +145,40 @@ func TestCorkConn(t *testing.T) {
 	}
 }
 
+// TestCorkConnKeepsNoBigBuffer: after a burst, an idle session holds at
+// most maxKeptCorkBuf of cork buffer (10,000 idle clients).
+func TestCorkConnKeepsNoBigBuffer(t *testing.T) {
+	c := &corkConn{Conn: &recordingConn{}}
+	c.cork()
+	for range 100 {
+		c.Write(make([]byte, 700)) // a burst of log pushes
+	}
+	if err := c.uncork(); err != nil {
+		t.Fatal(err)
+	}
+	if cap(c.buf) > maxKeptCorkBuf {
+		t.Errorf("an idle session keeps %d KiB of cork buffer", cap(c.buf)>>10)
+	}
+}
+
+// TestCorkConnCloseBounded: Close of a connection whose peer does not read
+// gives up on the buffered bytes after corkCloseWait instead of waiting for
+// the peer for ever.
+func TestCorkConnCloseBounded(t *testing.T) {
+	a, b := net.Pipe() // writes block until b reads; b never does
+	t.Cleanup(func() { b.Close() })
+	c := &corkConn{Conn: a}
+	c.cork()
+	c.Write([]byte("never read"))
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(testTimeout):
+		t.Fatal("Close waited for a peer that does not read")
+	}
+}
+
 // TestCorkConnOrder: a write that comes while uncork is writing the buffer
 // (a pong from the reader goroutine) goes out after it, never inside it.
 func TestCorkConnOrder(t *testing.T) {
@@ -138,6 +201,46 @@ func TestCorkConnOrder(t *testing.T) {
 	<-wrote
 	if got := rc.got(); fmt.Sprint(got) != fmt.Sprint([]string{"first", "pong"}) {
 		t.Errorf("socket writes = %q, want [first pong]", got)
+	}
+}
+
+// TestWSTransportCloseWhileCorked: the client closes while answers sit in
+// the cork buffer. coder/websocket writes its answering close frame behind
+// them and closes the socket at once; both the answer and the close frame
+// must still reach the client (found in review: Close dropped the buffer).
+func TestWSTransportCloseWhileCorked(t *testing.T) {
+	uncorked := make(chan error, 1)
+	clientClosing := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &corkingWriter{ResponseWriter: w}
+		conn, err := websocket.Accept(cw, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		cw.conn.cork() // the writer is mid-batch
+		if err := conn.Write(context.Background(), websocket.MessageText, []byte(`{"id":1}`)); err != nil {
+			t.Error(err)
+		}
+		<-clientClosing
+		conn.Reader(context.Background()) // the session reader meets the close
+		uncorked <- cw.conn.uncork()
+	}))
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	client, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.CloseNow() })
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- client.Close(websocket.StatusNormalClosure, "bye") }()
+	close(clientClosing)
+	if err := <-closeErr; err != nil {
+		t.Errorf("client close handshake: %v (the server's close frame was lost)", err)
+	}
+	if err := <-uncorked; err != nil {
+		t.Errorf("uncork after the close: %v", err)
 	}
 }
 

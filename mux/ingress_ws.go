@@ -34,6 +34,8 @@ func (t *wsTransport) write(ctx context.Context, msgs [][]byte) error {
 		// write by closing the connection (tr.close).
 		if err := t.conn.Write(context.Background(), websocket.MessageText, m); err != nil {
 			if corked {
+				// The connection is broken; what uncork says of it adds
+				// nothing to err.
 				t.cork.uncork()
 			}
 			return err

@@ -719,17 +719,20 @@ func naivePlainRun(b []byte, i int) int {
 	return i
 }
 
-// TestPlainRun puts every byte value at every position of a 20-byte run, from
+// TestPlainRun puts every byte value at every position of a 20-byte run of
+// plain bytes (ASCII and UTF-8 high bytes, next to the stop values), from
 // every start offset in the first word, and compares with the byte loop:
 // the word-at-a-time test must neither miss a stop byte nor stop early.
 func TestPlainRun(t *testing.T) {
-	for c := 0; c < 256; c++ {
-		for at := 0; at < 20; at++ {
-			b := bytes.Repeat([]byte("a"), 20)
-			b[at] = byte(c)
-			for start := 0; start < 9; start++ {
-				if got, want := plainRun(b, start), naivePlainRun(b, start); got != want {
-					t.Fatalf("byte %#02x at %d, start %d: plainRun = %d, want %d", c, at, start, got, want)
+	for _, fill := range []byte{'a', 0x20, 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff} {
+		for c := 0; c < 256; c++ {
+			for at := 0; at < 20; at++ {
+				b := bytes.Repeat([]byte{fill}, 20)
+				b[at] = byte(c)
+				for start := 0; start < 9; start++ {
+					if got, want := plainRun(b, start), naivePlainRun(b, start); got != want {
+						t.Fatalf("fill %#02x, byte %#02x at %d, start %d: plainRun = %d, want %d", fill, c, at, start, got, want)
+					}
 				}
 			}
 		}
