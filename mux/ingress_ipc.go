@@ -18,26 +18,29 @@ import (
 
 // ipcTransport carries a session over a stream socket in geth's IPC format:
 // JSON values back to back, each answer followed by a newline. Everything
-// queued is written with one system call.
+// queued is written with one system call (writev), without being copied.
 type ipcTransport struct {
 	conn net.Conn
 	mu   sync.Mutex
-	buf  []byte
+	vec  net.Buffers // reused between writes; its slices are the messages
 }
 
 func (t *ipcTransport) name() string { return "ipc" }
 
+var newline = []byte{'\n'}
+
 func (t *ipcTransport) write(ctx context.Context, msgs [][]byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.buf = t.buf[:0]
+	vec := t.vec[:0]
 	for _, m := range msgs {
-		t.buf = append(t.buf, m...)
-		t.buf = append(t.buf, '\n')
+		vec = append(vec, m, newline)
 	}
-	_, err := t.conn.Write(t.buf)
-	if cap(t.buf) > 1<<20 {
-		t.buf = nil // do not keep a large buffer for an idle client
+	t.vec = vec
+	_, err := vec.WriteTo(t.conn) // advances vec; t.vec keeps the array
+	clear(t.vec)                  // let the messages go
+	if cap(t.vec) > 1024 {
+		t.vec = nil
 	}
 	return err
 }

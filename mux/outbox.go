@@ -5,7 +5,7 @@ import "sync"
 // outbox is a client's bounded outbound queue. Producers (the upstream
 // reader, the timeout sweeper, the client's own reader) push without ever
 // blocking; the client's writer goroutine (started on demand) takes
-// everything queued at once, so that a transport that can coalesce (IPC)
+// everything queued at once, so that the transport (WebSocket, IPC)
 // writes it in one go.
 //
 // The bound is in bytes. The first message is always accepted whatever its
