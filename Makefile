@@ -1,4 +1,5 @@
-# muxd developer tasks. CI runs .ci/run, which runs `make test` and `make fuzz`.
+# muxd developer tasks. CI runs .ci/run, which runs `make test`, `make bench-smoke`
+# and `make fuzz`.
 #
 #   make test   go vet + all tests with -race; the geth --dev integration tests
 #               use .bin/geth (installed here) or $MUXD_GETH if set

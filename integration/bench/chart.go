@@ -31,7 +31,7 @@ var chartColors = map[string]string{"direct": "#9e9e9e", "relay": "#4878a8", "mu
 
 // WriteSVG draws each figure that has a relay value as three bars, direct,
 // relay and muxd, each as a multiple of the relay's figure (so the relay's
-// bar is always 1), with the target of issue 6 as a red tick where one is
+// bar is always 1), with the target as a red tick where one is
 // set. Bars longer than the axis are clipped and carry their value.
 func (rep *Report) WriteSVG(w io.Writer) error {
 	var rows []*Row
@@ -68,7 +68,7 @@ func (rep *Report) WriteSVG(w io.Writer) error {
 		p(`<rect x="%.0f" y="48" width="12" height="10" fill="%s"/><text x="%.0f" y="57">%s</text>`+"\n", lx, chartColors[m], lx+16, m)
 		lx += 70
 	}
-	p(`<line x1="%.0f" y1="48" x2="%.0f" y2="58" stroke="#d00000" stroke-width="2"/><text x="%.0f" y="57">target (issue 6)</text>`+"\n", lx, lx, lx+6)
+	p(`<line x1="%.0f" y1="48" x2="%.0f" y2="58" stroke="#d00000" stroke-width="2"/><text x="%.0f" y="57">target</text>`+"\n", lx, lx, lx+6)
 
 	// grid: a line at every 0.5, the relay's 1.0 darker
 	plotBottom := float64(height - chartBottom)

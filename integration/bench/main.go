@@ -117,7 +117,7 @@ type Report struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// goal is a target of issue 6: a limit on muxd's figure, either as a
+// goal is a target (from the project's performance issue): a limit on muxd's figure, either as a
 // multiple of the relay's (relative) or in the row's unit.
 type goal struct {
 	Limit    float64 `json:"limit"`
@@ -389,11 +389,11 @@ func median(s []float64) float64 {
 
 // WriteTable prints the report as a table.
 func (rep *Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "muxd bench: %s, %d CPUs, GOMAXPROCS %d, %d reps (medians), %gs per throughput measurement, elapsed %.0fs\n",
+	fmt.Fprintf(w, "muxd bench: %s, %d CPUs, GOMAXPROCS %d, reps: %d (medians), %gs per throughput measurement, elapsed %.0fs\n",
 		rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.Options.Reps, rep.Options.DurationSec, rep.ElapsedSec)
 	fmt.Fprintln(w, "relay = BASELINE: dumb 1:1 WebSocket relay in this program (own upstream socket per client, frames copied unparsed)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tunit\tdirect\trelay\tmuxd\tmuxd/relay\tmuxd/direct\ttarget (issue 6)\tmet\tupstream conns d/r/m")
+	fmt.Fprintln(tw, "figure\tunit\tdirect\trelay\tmuxd\tmuxd/relay\tmuxd/direct\ttarget\tmet\tupstream conns d/r/m")
 	for _, r := range rep.Rows {
 		cell := func(m string) string {
 			v, ok := r.Value[m]
@@ -466,7 +466,7 @@ func main() {
 		out      = flag.String("out", "", "also write the JSON report to this file")
 		chart    = flag.String("chart", "", "also draw the report as an SVG chart in this file")
 		replot   = flag.String("replot", "", "run nothing: draw the JSON report in this file (from -out) as the -chart")
-		check    = flag.Bool("check", false, "exit 1 when a target of issue 6 is missed")
+		check    = flag.Bool("check", false, "exit 1 when a target in the table is missed")
 		quiet    = flag.Bool("q", false, "no progress lines on stderr")
 		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e")
 	)
