@@ -14,10 +14,6 @@ const (
 	// message that would take it past goes out at once, with the buffer
 	// before it, in one writev and without being copied.
 	corkLimit = 64 << 10
-	// maxKeptCorkBuf is the largest buffer a connection keeps between
-	// batches, as for read buffers: one burst must not pin memory for
-	// the life of an idle session.
-	maxKeptCorkBuf = 16 << 10
 	// corkCloseWait bounds how long Close waits for the peer to take
 	// what is still buffered.
 	corkCloseWait = 100 * time.Millisecond
@@ -61,7 +57,7 @@ func (c *corkConn) Write(p []byte) (int, error) {
 	}
 	bufs := net.Buffers{c.buf, p}
 	_, err := bufs.WriteTo(c.Conn)
-	c.resetLocked()
+	c.buf = reuse(c.buf, maxKeptSessionBuf)
 	if err != nil {
 		return 0, fmt.Errorf("write corked messages: %w", err)
 	}
@@ -103,21 +99,11 @@ func (c *corkConn) flushLocked() error {
 		return nil
 	}
 	_, err := c.Conn.Write(c.buf)
-	c.resetLocked()
+	c.buf = reuse(c.buf, maxKeptSessionBuf)
 	if err != nil {
 		return fmt.Errorf("write corked messages: %w", err)
 	}
 	return nil
-}
-
-// resetLocked empties the buffer, letting it go when it grew past
-// maxKeptCorkBuf.
-func (c *corkConn) resetLocked() {
-	if cap(c.buf) > maxKeptCorkBuf {
-		c.buf = nil
-	} else {
-		c.buf = c.buf[:0]
-	}
 }
 
 // corkingWriter hands coder/websocket's Accept a connection it can cork: its

@@ -146,7 +146,7 @@ func TestCorkConn(t *testing.T) {
 }
 
 // TestCorkConnKeepsNoBigBuffer: after a burst, an idle session holds at
-// most maxKeptCorkBuf of cork buffer (10,000 idle clients).
+// most maxKeptSessionBuf of cork buffer (10,000 idle clients).
 func TestCorkConnKeepsNoBigBuffer(t *testing.T) {
 	c := &corkConn{Conn: &recordingConn{}}
 	c.cork()
@@ -156,7 +156,7 @@ func TestCorkConnKeepsNoBigBuffer(t *testing.T) {
 	if err := c.uncork(); err != nil {
 		t.Fatal(err)
 	}
-	if cap(c.buf) > maxKeptCorkBuf {
+	if cap(c.buf) > maxKeptSessionBuf {
 		t.Errorf("an idle session keeps %d KiB of cork buffer", cap(c.buf)>>10)
 	}
 }

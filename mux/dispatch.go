@@ -25,9 +25,7 @@ const (
 // to frame once it returns: the readers reuse its buffer.
 func (s *Server) dispatch(c *Client, frame []byte) bool {
 	f, err := router.ScanClient(frame, c.scan)
-	if cap(f.Messages) <= maxKeptScan {
-		c.scan = f.Messages[:0] // reused for the next frame; a big batch's is let go
-	}
+	c.scan = reuse(f.Messages, maxKeptScan) // a big batch's is let go
 	switch {
 	case errors.Is(err, router.ErrParse):
 		s.reply(c, nil, router.ErrorParse)

@@ -29,6 +29,10 @@ func (t *ipcTransport) name() string { return "ipc" }
 
 var newline = []byte{'\n'}
 
+// maxKeptVec is the longest write vector a session keeps (two entries per
+// message).
+const maxKeptVec = 1024
+
 func (t *ipcTransport) write(ctx context.Context, msgs [][]byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -39,9 +43,7 @@ func (t *ipcTransport) write(ctx context.Context, msgs [][]byte) error {
 	t.vec = vec
 	_, err := vec.WriteTo(t.conn) // advances vec; t.vec keeps the array
 	clear(t.vec)                  // let the messages go
-	if cap(t.vec) > 1024 {
-		t.vec = nil
-	}
+	t.vec = reuse(t.vec, maxKeptVec)
 	return err
 }
 

@@ -15,7 +15,7 @@ import (
 // wsTransport carries a client session over a WebSocket.
 type wsTransport struct {
 	conn *websocket.Conn
-	cork *corkConn // the socket under conn; nil if it could not be wrapped
+	cork *corkConn // the socket under conn (set by corkingWriter.Hijack)
 }
 
 func (t *wsTransport) name() string { return "ws" }
@@ -24,25 +24,25 @@ func (t *wsTransport) name() string { return "ws" }
 // there are several (one answer each is the common case under load: a
 // writer that wakes finds a few).
 func (t *wsTransport) write(ctx context.Context, msgs [][]byte) error {
-	corked := t.cork != nil && len(msgs) > 1
-	if corked {
-		t.cork.cork()
+	if t.cork == nil || len(msgs) < 2 {
+		return t.writeEach(msgs)
 	}
+	t.cork.cork()
+	err := t.writeEach(msgs)
+	if uerr := t.cork.uncork(); err == nil {
+		err = uerr // after a failed write, uncork's error adds nothing
+	}
+	return err
+}
+
+func (t *wsTransport) writeEach(msgs [][]byte) error {
 	for _, m := range msgs {
 		// A context that never ends, as for the upstream (coder/websocket
 		// watches a cancellable one on every call): the session ends a
 		// write by closing the connection (tr.close).
 		if err := t.conn.Write(context.Background(), websocket.MessageText, m); err != nil {
-			if corked {
-				// The connection is broken; what uncork says of it adds
-				// nothing to err.
-				t.cork.uncork()
-			}
 			return err
 		}
-	}
-	if corked {
-		return t.cork.uncork()
 	}
 	return nil
 }
@@ -125,10 +125,10 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 			if _, err := io.Copy(io.Discard, r); err != nil {
 				return
 			}
-			frame = keepReadBuf(frame, maxKeptClientBuf)
+			frame = reuse(frame, maxKeptSessionBuf)
 			continue
 		}
 		s.dispatch(c, frame)
-		frame = keepReadBuf(frame, maxKeptClientBuf)
+		frame = reuse(frame, maxKeptSessionBuf)
 	}
 }

@@ -5,13 +5,13 @@ import (
 	"io"
 )
 
-// A reader keeps its buffer for the next message up to a size; one that
-// grew past it for a large message is let go, so that one big message does
-// not pin memory for the life of a session. A client's bound is small
-// (requests are small, and there may be 10,000 clients); the one upstream
-// reader keeps room for a typical block.
+// Buffers are kept for the next message up to a size; one that grew past
+// it for a large message is let go, so that one big message does not pin
+// memory for the life of a session. A session's bound is small (requests
+// are small, and there may be 10,000 clients); the one upstream reader keeps
+// room for a typical block.
 const (
-	maxKeptClientBuf   = 16 << 10
+	maxKeptSessionBuf  = 16 << 10 // a client's read and write buffers
 	maxKeptUpstreamBuf = 4 << 20
 )
 
@@ -45,10 +45,11 @@ func readMessage(dst []byte, r io.Reader, max int64) ([]byte, error) {
 	}
 }
 
-// keepReadBuf returns buf for reuse, or nil when its capacity is past max.
-func keepReadBuf(buf []byte, max int) []byte {
-	if cap(buf) > max {
+// reuse returns s emptied for reuse, or nil when its capacity is past
+// maxCap.
+func reuse[T any](s []T, maxCap int) []T {
+	if cap(s) > maxCap {
 		return nil
 	}
-	return buf[:0]
+	return s[:0]
 }

@@ -53,15 +53,15 @@ func TestReadMessageReusesBuffer(t *testing.T) {
 		if err != nil || !bytes.Equal(out, msg) {
 			t.Fatalf("readMessage = %q, %v", out, err)
 		}
-		buf = keepReadBuf(out, maxKeptClientBuf)
+		buf = reuse(out, maxKeptSessionBuf)
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per message, want 0", allocs)
 	}
-	if big := keepReadBuf(make([]byte, 0, maxKeptClientBuf+1), maxKeptClientBuf); big != nil {
+	if big := reuse(make([]byte, 0, maxKeptSessionBuf+1), maxKeptSessionBuf); big != nil {
 		t.Errorf("a buffer past the bound was kept (cap %d)", cap(big))
 	}
-	if kept := keepReadBuf(make([]byte, 5, maxKeptClientBuf), maxKeptClientBuf); kept == nil || len(kept) != 0 {
+	if kept := reuse(make([]byte, 5, maxKeptSessionBuf), maxKeptSessionBuf); kept == nil || len(kept) != 0 {
 		t.Errorf("a buffer within the bound was not kept empty: %v", kept)
 	}
 }

@@ -97,7 +97,7 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 		}
 		s.metrics.UpstreamFramesIn.Inc()
 		s.route(u, frame)
-		frame = keepReadBuf(frame, maxKeptUpstreamBuf)
+		frame = reuse(frame, maxKeptUpstreamBuf)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -95,30 +94,20 @@ func appendCall(b []byte, id int64) []byte {
 
 var resultKey = []byte(`"result":`)
 
-// readInto reads the next message into buf (reused). The load generator
-// should cost as little as it can, since it shares the machine with what
-// it measures: no buffer per message, and a context that never ends, so
-// that coder/websocket watches none per read. A reader is stopped by
-// closing its connection.
-func readInto(c *websocket.Conn, buf []byte) ([]byte, error) {
-	_, r, err := c.Reader(context.Background())
+// readInto reads c's next message into buf, which it resets first, and
+// returns the message's type. The load generator and the relay should cost
+// as little as they can, since they share the machine with what is
+// measured: no buffer per message, and a context that never ends, so that
+// coder/websocket watches none per read. A reader is stopped by closing its
+// connection.
+func readInto(c *websocket.Conn, buf *bytes.Buffer) (websocket.MessageType, error) {
+	typ, r, err := c.Reader(context.Background())
 	if err != nil {
-		return buf, err
+		return 0, err
 	}
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
+	buf.Reset()
+	_, err = buf.ReadFrom(r)
+	return typ, err
 }
 
 func percentile(sorted []float64, p float64) float64 {
@@ -233,14 +222,13 @@ func runThroughput(ctx context.Context, e *env, o Options, batch int) (perSec, c
 		})
 		wg.Go(func() { // reader
 			want := int64(max(batch, 1))
-			var msg []byte
+			var buf bytes.Buffer
 			for {
-				var err error
-				if msg, err = readInto(c, msg); err != nil {
+				if _, err := readInto(c, &buf); err != nil {
 					fail(err)
 					return
 				}
-				got := int64(bytes.Count(msg, resultKey))
+				got := int64(bytes.Count(buf.Bytes(), resultKey))
 				done.Add(got)
 				if got != want {
 					bad.Add(want - got)
@@ -319,14 +307,13 @@ func runFanout(ctx context.Context, e *env, o Options, n int) (p50, p99 float64,
 			return fmt.Errorf("subscribe: %.200s", msg)
 		}
 		wg.Go(func() {
-			var msg []byte
+			var buf bytes.Buffer
 			for {
-				var err error
-				if msg, err = readInto(c, msg); err != nil {
+				if _, err := readInto(c, &buf); err != nil {
 					return // closed by closeAll
 				}
 				at := time.Now().UnixNano()
-				seq, ts, ok := parsePush(msg)
+				seq, ts, ok := parsePush(buf.Bytes())
 				if !ok || seq < 0 || seq >= total {
 					stray.Add(1)
 					continue

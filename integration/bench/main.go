@@ -225,10 +225,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		return ""
 	}
-	idle, sizes := o.Idle, o.FanoutSizes
 	rep.Options.Reps, rep.Options.DurationSec = o.Reps, o.Duration.Seconds()
 	rep.Options.Clients, rep.Options.Window, rep.Options.Batch = o.Clients, o.Window, o.Batch
-	rep.Options.FanoutSizes, rep.Options.Pushes, rep.Options.Idle, rep.Options.Smoke = sizes, o.Pushes, idle, o.Smoke
+	rep.Options.FanoutSizes, rep.Options.Pushes, rep.Options.Idle, rep.Options.Smoke = o.FanoutSizes, o.Pushes, o.Idle, o.Smoke
 
 	rows := map[string]*Row{}
 	addRow := func(r *Row) {
@@ -244,17 +243,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	cName := fmt.Sprintf("(c) batches of %d, %d clients x %d outstanding", o.Batch, o.Clients, o.Window)
 	addRow(&Row{Key: "c.rps", Workload: "c", Name: cName + ": throughput", Unit: "elem/s", Better: "higher"})
 	addRow(&Row{Key: "c.cpu", Workload: "c", Name: cName + ": proxy CPU per 1M elem", Unit: "CPU-s", Better: "lower"})
-	for i, n := range sizes {
+	for i, n := range o.FanoutSizes {
 		w := fmt.Sprintf("d%d", n)
 		var t *goal
-		if i == len(sizes)-1 && !o.Smoke {
+		if i == len(o.FanoutSizes)-1 && !o.Smoke {
 			t = absTarget(200, "ms")
 		}
 		k := o.Pushes
 		addRow(&Row{Key: w + ".p50", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p50 of %d pushes", n, relayNote(n), k), Unit: "ms", Better: "lower"})
 		addRow(&Row{Key: w + ".p99", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p99 of %d pushes", n, relayNote(n), k), Unit: "ms", Better: "lower", Goal: t})
 	}
-	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients%s: proxy RSS per client", idle, relayNote(idle)), Unit: "KiB", Better: "lower", Goal: absTarget(24, "KiB")})
+	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients%s: proxy RSS per client", o.Idle, relayNote(o.Idle)), Unit: "KiB", Better: "lower", Goal: absTarget(24, "KiB")})
 
 	ms := []measurement{
 		{"a", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
@@ -270,7 +269,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return map[string]float64{"c.rps": rps, "c.cpu": cpu}, err
 		}},
 	}
-	for _, n := range sizes {
+	for _, n := range o.FanoutSizes {
 		w := fmt.Sprintf("d%d", n)
 		ms = append(ms, measurement{w, modes, func(ctx context.Context, e *env) (map[string]float64, error) {
 			p50, p99, err := runFanout(ctx, e, o, clientsFor(e.mode, n))
@@ -278,7 +277,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}})
 	}
 	ms = append(ms, measurement{"e", []string{"relay", "muxd"}, func(ctx context.Context, e *env) (map[string]float64, error) {
-		v, err := runIdle(ctx, e, o, clientsFor(e.mode, idle))
+		v, err := runIdle(ctx, e, o, clientsFor(e.mode, o.Idle))
 		return map[string]float64{"e.rss": v}, err
 	}})
 

@@ -363,18 +363,13 @@ func runRelay(ctx context.Context, upstream string) error {
 }
 
 func relayCopy(dst, src *websocket.Conn) {
-	ctx := context.Background()
 	var buf bytes.Buffer
 	for {
-		typ, r, err := src.Reader(ctx)
+		typ, err := readInto(src, &buf)
 		if err != nil {
 			return
 		}
-		buf.Reset()
-		if _, err := buf.ReadFrom(r); err != nil {
-			return
-		}
-		if err := dst.Write(ctx, typ, buf.Bytes()); err != nil {
+		if err := dst.Write(context.Background(), typ, buf.Bytes()); err != nil {
 			return
 		}
 	}
