@@ -217,11 +217,28 @@ func (s *Server) enqueueLocked(c *Client, uid uint64, p router.Pending, up *upst
 		s.reqs.Add(uid, p)
 		out.frames = append(out.frames, p.Frame)
 	}
+	s.startedLocked(c)
+	return true
+}
+
+// startedLocked counts one more request in flight, for client c (nil for
+// muxd's own). Its end is counted by endedLocked. Caller holds s.mu.
+func (s *Server) startedLocked(c *Client) {
 	if c != nil {
 		c.inflight++
 	}
 	s.metrics.InFlight.Inc()
-	return true
+}
+
+// endedLocked counts one request of c (nil for muxd's own) as no longer in
+// flight, and tells a waiting Shutdown when that was the last. Caller holds
+// s.mu.
+func (s *Server) endedLocked(c *Client) {
+	if c != nil {
+		c.inflight--
+	}
+	s.metrics.InFlight.Dec()
+	s.checkIdleLocked()
 }
 
 // errorBytes builds one of muxd's own error responses and counts it.

@@ -118,7 +118,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 		for _, w := range waiters {
 			if c := s.clients[w.Client]; c != nil {
 				s.answerSubscribeLocked(c, w.Request, w.ID)
-				s.waiterDoneLocked(c)
+				s.endedLocked(c)
 			}
 		}
 		s.updateSubGaugesLocked()
@@ -136,7 +136,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 		delete(c.subs, w.ID)
 		resp := router.AppendSpliced(nil, msg[m.Start:m.End], rebase(m.ID, m.Start), w.Request.ID)
 		s.deliverLocked(c, w.Request, resp, responseCode(msg, m))
-		s.waiterDoneLocked(c)
+		s.endedLocked(c)
 	}
 	s.updateSubGaugesLocked()
 }
@@ -146,8 +146,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 // Shutdown and the IPC close after a parse error wait for its answer.
 func (s *Server) waitLocked(c *Client, key string, w router.Waiter) {
 	s.subs.Wait(key, w)
-	c.inflight++
-	s.metrics.InFlight.Inc()
+	s.startedLocked(c)
 }
 
 // expireWaitersLocked removes the subscribe waiters whose deadline is not
@@ -156,18 +155,11 @@ func (s *Server) expireWaitersLocked(now time.Time, dst []router.Pending) []rout
 	for _, w := range s.subs.ExpireWaiters(now) {
 		if c := s.clients[w.Client]; c != nil {
 			delete(c.subs, w.ID)
-			s.waiterDoneLocked(c)
+			s.endedLocked(c)
 		}
 		dst = append(dst, w.Request)
 	}
 	return dst
-}
-
-// waiterDoneLocked accounts for a waiter of c that has been answered.
-func (s *Server) waiterDoneLocked(c *Client) {
-	c.inflight--
-	s.metrics.InFlight.Dec()
-	s.checkIdleLocked()
 }
 
 // answerSubscribeLocked sends a client its subscription id and lets pushes

@@ -213,12 +213,8 @@ func responseCode(msg []byte, m *router.Message) int {
 // queue for good, and returns its client (nil if gone or muxd's own).
 // Caller holds s.mu.
 func (s *Server) settledLocked(p router.Pending) *Client {
-	s.metrics.InFlight.Dec()
 	c := s.clients[p.Client]
-	if c != nil {
-		c.inflight--
-	}
-	s.checkIdleLocked()
+	s.endedLocked(c)
 	return c
 }
 
