@@ -236,10 +236,10 @@ func TestWSTransportCloseWhileCorked(t *testing.T) {
 	closeErr := make(chan error, 1)
 	go func() { closeErr <- client.Close(websocket.StatusNormalClosure, "bye") }()
 	close(clientClosing)
-	if err := <-closeErr; err != nil {
+	if err := await(t, closeErr, "the client's close handshake"); err != nil {
 		t.Errorf("client close handshake: %v (the server's close frame was lost)", err)
 	}
-	if err := <-uncorked; err != nil {
+	if err := await(t, uncorked, "the server's uncork"); err != nil {
 		t.Errorf("uncork after the close: %v", err)
 	}
 }
@@ -277,7 +277,7 @@ func TestWSTransportCorks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.CloseNow() })
-	tr := <-ready
+	tr := await(t, ready, "the server's transport")
 
 	msgs := [][]byte{[]byte(`{"id":1}`), []byte(`{"id":2}`), []byte(`{"id":3}`)}
 	if err := tr.write(ctx, msgs); err != nil {
@@ -297,5 +297,18 @@ func TestWSTransportCorks(t *testing.T) {
 	}
 	if n := len(rc.got()); n != 2 {
 		t.Errorf("%d socket writes for a batch of 3 and a single message, want 2", n)
+	}
+}
+
+// await receives from ch, failing the test if nothing comes within
+// testTimeout (a server handler that failed sends nothing).
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
 	}
 }

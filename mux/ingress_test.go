@@ -563,7 +563,8 @@ func TestIngressIPCMalformed(t *testing.T) {
 	}
 }
 
-// ingMetric returns the value of the series name{labels} in reg.
+// ingMetric returns the value of the series name{labels} in reg; the test
+// fails if there is no such series.
 func ingMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -588,6 +589,8 @@ func ingMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[s
 			return ingValue(m)
 		}
 	}
+	// A renamed or missing series must not read as a count of zero.
+	t.Fatalf("no series %s%v", name, labels)
 	return 0
 }
 

@@ -3,6 +3,7 @@ package mux
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -113,12 +114,7 @@ func TestIPCParseErrorWaitsForSubscribe(t *testing.T) {
 		t.Fatalf("first line: %v", err)
 	}
 	wantError(t, parseResp(t, line), "null", -32700, "parse error")
-	var held []heldReq
-	eventually(t, "the eth_subscribe to be held", func() bool {
-		held = append(held, hold.take()...)
-		return len(held) > 0
-	})
-	for _, l := range held {
+	for _, l := range hold.takeN(t, 1) {
 		fc.Subscribe(l.r)
 	}
 	line, err = rd.ReadBytes('\n')
@@ -128,9 +124,8 @@ func TestIPCParseErrorWaitsForSubscribe(t *testing.T) {
 	if r := parseResp(t, line); string(r.ID) != "1" || !subIDPattern.MatchString(string(r.Result)) {
 		t.Fatalf("second line %s, want the subscription id for id 1", line)
 	}
-	if _, err := rd.ReadBytes('\n'); err == nil {
-		t.Fatal("connection still open after the parse error was answered")
-	}
+	_, err = rd.ReadBytes('\n')
+	wantClosed(t, err, "after the parse error was answered")
 }
 
 // TestIPCMessageTooLarge: a value larger than MaxMessageBytes on an IPC
@@ -172,6 +167,7 @@ func TestIPCMessageTooLarge(t *testing.T) {
 	for {
 		line, err := rd.ReadBytes('\n')
 		if err != nil {
+			wantClosed(t, err, "after -32005")
 			break
 		}
 		lines = append(lines, parseResp(t, line))
@@ -187,4 +183,14 @@ func TestIPCMessageTooLarge(t *testing.T) {
 		t.Errorf("call answer %s", r.Raw)
 	}
 	wantError(t, byID["null"], "null", -32005, "limit exceeded")
+}
+
+// wantClosed fails unless err, from a read of an IPC stream, says muxd
+// closed it, rather than that the test's read deadline passed with the
+// stream still open.
+func wantClosed(t *testing.T, err error, when string) {
+	t.Helper()
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("connection still open %s (read: %v)", when, err)
+	}
 }

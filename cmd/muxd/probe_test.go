@@ -323,9 +323,7 @@ func TestProbeBadArgs(t *testing.T) {
 		{[]string{}, "usage"},
 		{[]string{"ws://a", "ws://b"}, "usage"},
 		{[]string{"ws://a", "--count", "0"}, "usage"},
-		// BUG(probe.go runProbe): with the flags before the URL the
-		// --count < 1 check is skipped, and the probe exits 0 having
-		// probed nothing. See TestProbeCountZeroFlagsFirst.
+		// With the flags before the URL: TestProbeCountZeroFlagsFirst.
 	} {
 		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
 			code, out, errs := runProbeCmd(t, tc.args...)

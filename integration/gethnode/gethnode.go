@@ -106,7 +106,11 @@ func Require(t testing.TB) string {
 		var out string
 		out, err = checkVersion(path)
 		if err == nil && !strings.Contains(out, "Version: "+PinnedVersion) {
-			t.Logf("gethnode: %s is not geth %s (tests are pinned to it): %s", path, PinnedVersion, firstLine(out, "Version:"))
+			report := t.Logf
+			if inCI() {
+				report = t.Fatalf // CI installs the pinned one; another is a broken setup
+			}
+			report("gethnode: %s is not geth %s (tests are pinned to it): %s", path, PinnedVersion, firstLine(out, "Version:"))
 		}
 	}
 	if err != nil {

@@ -23,6 +23,7 @@ func TestStartReportsAddrInUse(t *testing.T) {
 	}
 	n.WSPort = l.Addr().(*net.TCPAddr).Port
 	n.WSURL = "ws://" + l.Addr().String()
+	t.Cleanup(func() { n.stop(t) }) // should a start wrongly succeed
 	err = n.startAndWait()
 	if !errors.Is(err, errAddrInUse) {
 		t.Fatalf("startAndWait on a taken ws port: %v, want errAddrInUse\n%s", err, n.log.tail(logTailBytes))
@@ -42,6 +43,7 @@ func TestStartNotFooledByAnotherGeth(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.WSPort, n.WSURL = other.WSPort, other.WSURL
+	t.Cleanup(func() { n.stop(t) }) // should a start wrongly succeed
 	err := n.startAndWait()
 	if !errors.Is(err, errAddrInUse) {
 		t.Fatalf("startAndWait on another geth's ws port: %v, want errAddrInUse\n%s", err, n.log.tail(logTailBytes))
