@@ -164,9 +164,13 @@ func (c *Client) writeLoop() {
 				return
 			}
 			c.writing.Store(false)
-			// A push that came after take saw a writer running and left
-			// the work to it: take it back, unless another writer has.
-			if !c.out.hasQueued() || !c.writing.CompareAndSwap(false, true) {
+			// A push, or a finish, that came after take saw a writer
+			// running and left the work to it: take it back, unless
+			// another writer has.
+			if due, _, _ := c.finished(); !due && !c.out.hasQueued() {
+				return
+			}
+			if !c.writing.CompareAndSwap(false, true) {
 				return
 			}
 			continue
