@@ -405,7 +405,10 @@ func TestServeGracefulShutdown(t *testing.T) {
 		t.Fatal("upstream never dialed")
 	}
 
-	ctx := context.Background()
+	// Bounds the client's reads, so that a lost answer fails the test
+	// instead of hanging it.
+	ctx, cancelReads := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancelReads)
 	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -442,12 +445,14 @@ func TestServeGracefulShutdown(t *testing.T) {
 		t.Fatalf("websocket answer %s, want %s", msg, want)
 	}
 	if _, _, err := ws.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
-		// Known cause: readWebSocket (mux/ingress_ws.go) reads with the
-		// session context, and cancelling it makes coder/websocket drop the
-		// TCP connection before Client.shut's close frame is written.
 		t.Fatalf("websocket closed with %v, want close 1001 (going away)", err)
 	}
-	r := <-httpDone
+	var r httpResult
+	select {
+	case r = <-httpDone:
+	case <-ctx.Done():
+		t.Fatal("HTTP client got no answer")
+	}
 	if r.err != nil {
 		t.Fatalf("HTTP client lost its in-flight answer: %v", r.err)
 	}
