@@ -43,18 +43,23 @@ func (s *syncBuffer) String() string {
 }
 
 // fakeNode is a minimal upstream: it answers every request with
-// {"m":method,"p":params}; method "slow" is answered after 200 ms. Every
-// request's method is sent on seen, and every handshake's Authorization
-// header on auth.
+// {"m":method,"p":params}; method "slow" is answered once releaseSlow is
+// called. Every request's method is sent on seen, and every handshake's
+// Authorization header on auth.
 type fakeNode struct {
-	srv  *httptest.Server
-	seen chan string
-	auth chan string
+	srv     *httptest.Server
+	seen    chan string
+	auth    chan string
+	release chan struct{} // closed by releaseSlow
 }
+
+// releaseSlow lets the node answer the "slow" requests it holds, and any
+// later ones at once.
+func (n *fakeNode) releaseSlow() { close(n.release) }
 
 func newFakeNode(t *testing.T) *fakeNode {
 	t.Helper()
-	n := &fakeNode{seen: make(chan string, 100), auth: make(chan string, 10)}
+	n := &fakeNode{seen: make(chan string, 100), auth: make(chan string, 10), release: make(chan struct{})}
 	n.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case n.auth <- r.Header.Get("Authorization"):
@@ -89,10 +94,8 @@ func newFakeNode(t *testing.T) *fakeNode {
 			}
 			if req.Method == "slow" {
 				go func() {
-					t := time.NewTimer(200 * time.Millisecond)
-					defer t.Stop()
 					select {
-					case <-t.C:
+					case <-n.release:
 						c.Write(context.Background(), websocket.MessageText, resp)
 					case <-ctx.Done():
 					}
@@ -436,6 +439,16 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}()
 	node.waitSeen(t, "slow")
 	cancel()
+	// Both requests are still in flight once the shutdown has begun (its
+	// log line is the only sign of that); the node answers them during the
+	// grace period.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), `msg="shutting down"`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve never logged the shutdown: %s", stderr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	node.releaseSlow()
 
 	_, msg, err := ws.Read(ctx)
 	if err != nil {
