@@ -8,8 +8,8 @@
 //     every frame to the dispatcher, and a writer goroutine, started while
 //     there is something to write, that drains the client's bounded
 //     outbound queue (outbox.go). Whatever the writer finds queued goes
-//     out in one system call (cork.go); readbuf.go is the reused read
-//     buffer of each reader.
+//     out in one system call (cork.go); buffers.go is how readers and
+//     writers reuse their buffers from one message to the next.
 //   - dispatch.go validates the frame with package router, answers what
 //     muxd answers itself (parse errors, invalid requests, policy, limits),
 //     splits batches, rewrites each id to a fresh upstream id and records the
