@@ -35,8 +35,19 @@ var DefaultRetryMethods = []string{
 	"net_version", "net_listening", "web3_clientVersion",
 }
 
-// DefaultDenyMethods are refused with -32601 and never sent upstream.
-var DefaultDenyMethods = []string{"admin_*", "personal_*", "miner_*"}
+// DefaultDenyMethods are refused with -32601 and never sent upstream: node
+// administration, key management, and the debug_ methods that change the
+// node or its host rather than read the chain: debug_setHead rewinds the
+// chain, the debug_set* knobs change the node's runtime, the profilers and
+// Go tracers write files on the node's disk and cost it CPU, and
+// freeOSMemory, verbosity, vmodule and chaindbCompact act on the process.
+// The read-only debug_ methods indexers use (debug_trace*, debug_getRaw*,
+// debug_storageRangeAt, …) pass.
+var DefaultDenyMethods = []string{
+	"admin_*", "personal_*", "miner_*",
+	"debug_set*", "debug_*profile*", "debug_*gotrace", "debug_freeOSMemory",
+	"debug_verbosity", "debug_vmodule", "debug_chaindbCompact",
+}
 
 // Config configures a Server. The zero value of every field but Upstream (or
 // Dial) means its default.
@@ -61,8 +72,10 @@ type Config struct {
 	// RetryMethods are sent again after a reconnect; nil means
 	// DefaultRetryMethods, an empty non-nil slice means none.
 	RetryMethods []string
-	// DenyMethods are glob patterns (path.Match) of refused methods; nil
-	// means DefaultDenyMethods, an empty non-nil slice means none.
+	// DenyMethods are patterns of refused methods, matched without regard
+	// to ASCII case, '*' standing for any run of characters and '?' for
+	// one (see CheckDenyPattern); nil means DefaultDenyMethods, an empty
+	// non-nil slice means none.
 	DenyMethods []string
 
 	// Per-client limits.

@@ -254,6 +254,10 @@ func TestInvalidInput(t *testing.T) {
 		{"not an object", `"just a string"`, `null`, -32600, "invalid request"},
 		{"invalid notification", `{"jsonrpc":"1.0","method":"x"}`, `null`, -32600, "invalid request"},
 		{"denied method", `{"jsonrpc":"2.0","id":9,"method":"admin_peers"}`, `9`, -32601, "method not allowed"},
+		{"denied method, other case", `{"jsonrpc":"2.0","id":10,"method":"ADMIN_peers"}`, `10`, -32601, "method not allowed"},
+		{"denied method, slash", `{"jsonrpc":"2.0","id":11,"method":"admin_/peers"}`, `11`, -32601, "method not allowed"},
+		{"denied method, escaped", `{"jsonrpc":"2.0","id":12,"method":"admin\u005fpeers"}`, `12`, -32601, "method not allowed"},
+		{"denied debug_setHead", `{"jsonrpc":"2.0","id":13,"method":"debug_setHead","params":["0x1"]}`, `13`, -32601, "method not allowed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,14 +1,18 @@
 package mux
 
 import (
+	"errors"
 	"fmt"
-	"path"
+	"strings"
 )
+
+// ErrDenyPattern marks a deny_methods pattern that cannot be used.
+var ErrDenyPattern = errors.New("bad deny pattern")
 
 // policy answers the per-method questions: may it be called, may it be
 // retried on a new connection.
 type policy struct {
-	deny  []string
+	deny  []string // lower-cased patterns
 	retry map[string]bool
 	// deniedKnown is the verdict for every known method, worked out once;
 	// other names go through the patterns each time.
@@ -16,12 +20,13 @@ type policy struct {
 }
 
 func newPolicy(deny, retry []string) (policy, error) {
-	for _, p := range deny {
-		if _, err := path.Match(p, ""); err != nil {
-			return policy{}, fmt.Errorf("deny pattern %q: %w", p, err)
+	p := policy{retry: make(map[string]bool, len(retry)), deniedKnown: map[string]bool{}}
+	for _, pat := range deny {
+		if err := CheckDenyPattern(pat); err != nil {
+			return policy{}, err
 		}
+		p.deny = append(p.deny, strings.ToLower(pat))
 	}
-	p := policy{deny: deny, retry: make(map[string]bool, len(retry)), deniedKnown: map[string]bool{}}
 	for name := range knownMethods {
 		p.deniedKnown[name] = p.match(name)
 	}
@@ -31,6 +36,22 @@ func newPolicy(deny, retry []string) (policy, error) {
 	return p, nil
 }
 
+// CheckDenyPattern reports whether pat can be used in DenyMethods: a
+// non-empty pattern of printable ASCII, where '*' stands for any run of
+// characters and '?' for one; everything else, '[' and '\' included, is
+// literal.
+func CheckDenyPattern(pat string) error {
+	if pat == "" {
+		return fmt.Errorf("%w: empty", ErrDenyPattern)
+	}
+	for i := 0; i < len(pat); i++ {
+		if c := pat[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w %q: byte %#x at %d is not printable ASCII", ErrDenyPattern, pat, c, i)
+		}
+	}
+	return nil
+}
+
 func (p policy) denied(method string) bool {
 	if d, ok := p.deniedKnown[method]; ok {
 		return d
@@ -38,13 +59,56 @@ func (p policy) denied(method string) bool {
 	return p.match(method)
 }
 
+// match reports whether method matches a deny pattern. Matching ignores
+// ASCII case and '*' crosses every character, '/' included: the verdict
+// must not depend on how the node happens to treat "ADMIN_peers" or
+// "admin_/peers" (geth answers -32601 to both today).
 func (p policy) match(method string) bool {
 	for _, pat := range p.deny {
-		if ok, _ := path.Match(pat, method); ok {
+		if globFold(pat, method) {
 			return true
 		}
 	}
 	return false
+}
+
+// globFold matches name against a lower-case pattern whose only wildcards
+// are '*' (any run, empty included) and '?' (one byte), ignoring ASCII case
+// in name. It backtracks only to the last '*', so it is linear in practice
+// and never worse than len(pat)*len(name).
+func globFold(pat, name string) bool {
+	pi, ni := 0, 0
+	starP, starN := -1, 0
+	for ni < len(name) {
+		if pi < len(pat) {
+			switch c := pat[pi]; {
+			case c == '*':
+				starP, starN = pi, ni
+				pi++
+				continue
+			case c == '?' || c == lowerASCII(name[ni]):
+				pi++
+				ni++
+				continue
+			}
+		}
+		if starP < 0 {
+			return false
+		}
+		starN++
+		pi, ni = starP+1, starN
+	}
+	for pi < len(pat) && pat[pi] == '*' {
+		pi++
+	}
+	return pi == len(pat)
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 func (p policy) retryable(method string) bool { return p.retry[method] }

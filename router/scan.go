@@ -21,9 +21,12 @@ var (
 )
 
 // maxDepth bounds nesting so that a hostile frame cannot drive the recursive
-// scanner into deep stacks. encoding/json allows 10000; requests and node
-// responses never come close to this.
-const maxDepth = 1000
+// scanner into deep stacks. It is encoding/json's own limit (what geth
+// decodes with), so every frame the node would accept passes muxd too: a
+// frame nested 10000 deep is forwarded, one nested 10001 deep is a parse
+// error both here and at the node. At this depth the scanner's stack is
+// about 2 MiB, on the reader goroutine, and shrinks again at the next GC.
+const maxDepth = 10000
 
 // Span is where a JSON value sits in a frame: frame[Off:Off+Len]. A zero Len
 // means the member is absent (a JSON value is never empty).

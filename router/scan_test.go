@@ -391,6 +391,11 @@ func TestScanDepth(t *testing.T) {
 				} else if err != nil {
 					t.Errorf("%s: err = %v", name, err)
 				}
+				// The node decodes with encoding/json: muxd must refuse
+				// exactly what it refuses for depth, no more.
+				if parsed, valid := !errors.Is(err, ErrParse), json.Valid(frame); parsed != valid {
+					t.Errorf("%s: parsed %v, encoding/json valid %v", name, parsed, valid)
+				}
 			}
 		})
 	}
