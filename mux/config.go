@@ -20,6 +20,7 @@ const (
 	DefaultMaxSubscriptions   = 1000
 	DefaultMaxWaiting         = 100000
 	DefaultMaxClients         = 10000
+	DefaultMaxHeldBytes       = 64 << 20
 )
 
 // DefaultRetryMethods are the read-only methods that are sent again on the
@@ -84,6 +85,10 @@ type Config struct {
 	MaxMessageBytes    int64 // one client message
 	OutboundQueueBytes int   // bytes queued for a client before it is a slow consumer
 	MaxSubscriptions   int   // live subscriptions
+	// MaxHeldBytes bounds the bytes of one client's requests that muxd
+	// holds, in flight upstream or waiting for an upstream; past it a
+	// request gets -32005. A client holding nothing may always send one.
+	MaxHeldBytes int
 
 	// MaxClients bounds concurrent client sessions.
 	MaxClients int
@@ -126,6 +131,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OutboundQueueBytes <= 0 {
 		c.OutboundQueueBytes = DefaultOutboundQueueBytes
+	}
+	if c.MaxHeldBytes <= 0 {
+		c.MaxHeldBytes = DefaultMaxHeldBytes
 	}
 	if c.MaxSubscriptions <= 0 {
 		c.MaxSubscriptions = DefaultMaxSubscriptions

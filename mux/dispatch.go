@@ -171,6 +171,14 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 		s.metrics.limit("in_flight")
 		return s.errorBytes(id, router.ErrorLimit.Because("too many requests in flight"))
 	}
+	// What a request costs to hold is its upstream frame (the element
+	// with a longer id, and the client's id after it). A client holding
+	// nothing may always send one request, whatever its size: the
+	// message limit bounds that.
+	if size := len(elem) + len(id) + 20; c.held > 0 && c.held+size > s.cfg.MaxHeldBytes {
+		s.metrics.limit("held_bytes")
+		return s.errorBytes(id, router.ErrorLimit.Because("too many request bytes in flight"))
+	}
 	p := router.Pending{
 		Client:   c.id,
 		ID:       id,
@@ -217,25 +225,28 @@ func (s *Server) enqueueLocked(c *Client, uid uint64, p router.Pending, up *upst
 		s.reqs.Add(uid, p)
 		out.frames = append(out.frames, p.Frame)
 	}
-	s.startedLocked(c)
+	s.startedLocked(c, len(p.Frame))
 	return true
 }
 
 // startedLocked counts one more request in flight, for client c (nil for
-// muxd's own). Its end is counted by endedLocked. Caller holds s.mu.
-func (s *Server) startedLocked(c *Client) {
+// muxd's own), holding held bytes of it. Its end is counted by endedLocked
+// with the same held. Caller holds s.mu.
+func (s *Server) startedLocked(c *Client, held int) {
 	if c != nil {
 		c.inflight++
+		c.held += held
 	}
 	s.metrics.InFlight.Inc()
 }
 
-// endedLocked counts one request of c (nil for muxd's own) as no longer in
-// flight, and tells a waiting Shutdown when that was the last. Caller holds
-// s.mu.
-func (s *Server) endedLocked(c *Client) {
+// endedLocked counts one request of c (nil for muxd's own), which held held
+// bytes, as no longer in flight, and tells a waiting Shutdown when that was
+// the last. Caller holds s.mu.
+func (s *Server) endedLocked(c *Client, held int) {
 	if c != nil {
 		c.inflight--
+		c.held -= held
 	}
 	s.metrics.InFlight.Dec()
 	s.checkIdleLocked()

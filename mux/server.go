@@ -184,7 +184,7 @@ func (s *Server) removeClient(c *Client) {
 	clear(s.waiting[len(kept):])
 	s.waiting = kept
 	s.metrics.InFlight.Sub(float64(c.inflight))
-	c.inflight = 0
+	c.inflight, c.held = 0, 0
 	frames = s.releaseSubscriptionsLocked(c)
 	up := s.up
 	s.checkIdleLocked()

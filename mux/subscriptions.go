@@ -118,7 +118,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 		for _, w := range waiters {
 			if c := s.clients[w.Client]; c != nil {
 				s.answerSubscribeLocked(c, w.Request, w.ID)
-				s.endedLocked(c)
+				s.endedLocked(c, 0) // a waiter holds no upstream frame of its own
 			}
 		}
 		s.updateSubGaugesLocked()
@@ -136,7 +136,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 		delete(c.subs, w.ID)
 		resp := router.AppendSpliced(nil, msg[m.Start:m.End], rebase(m.ID, m.Start), w.Request.ID)
 		s.deliverLocked(c, w.Request, resp, responseCode(msg, m))
-		s.endedLocked(c)
+		s.endedLocked(c, 0)
 	}
 	s.updateSubGaugesLocked()
 }
@@ -146,7 +146,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 // Shutdown and the IPC close after a parse error wait for its answer.
 func (s *Server) waitLocked(c *Client, key string, w router.Waiter) {
 	s.subs.Wait(key, w)
-	s.startedLocked(c)
+	s.startedLocked(c, 0)
 }
 
 // expireWaitersLocked removes the subscribe waiters whose deadline is not
@@ -155,7 +155,7 @@ func (s *Server) expireWaitersLocked(now time.Time, dst []router.Pending) []rout
 	for _, w := range s.subs.ExpireWaiters(now) {
 		if c := s.clients[w.Client]; c != nil {
 			delete(c.subs, w.ID)
-			s.endedLocked(c)
+			s.endedLocked(c, 0)
 		}
 		dst = append(dst, w.Request)
 	}

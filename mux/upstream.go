@@ -214,7 +214,7 @@ func responseCode(msg []byte, m *router.Message) int {
 // Caller holds s.mu.
 func (s *Server) settledLocked(p router.Pending) *Client {
 	c := s.clients[p.Client]
-	s.endedLocked(c)
+	s.endedLocked(c, len(p.Frame))
 	return c
 }
 

@@ -1,0 +1,164 @@
+package mux
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// bigCall is a request whose params carry size bytes of hex, so that its
+// echo proves it arrived whole.
+func bigCall(id, size int) string {
+	fill := strings.Repeat(fmt.Sprintf("%x", id%16), size)
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_call","params":["%s"]}`, id, fill)
+}
+
+// wantBigEcho checks that r echoes bigCall(id, size), without printing
+// megabytes when it does not.
+func wantBigEcho(t *testing.T, r resp, id, size int) {
+	t.Helper()
+	want := bigCall(id, size)
+	want = want[strings.Index(want, `"params":`)+len(`"params":`) : len(want)-1]
+	e, ok := r.echo()
+	if !ok || string(r.ID) != fmt.Sprint(id) || e.Method != "eth_call" || string(e.Params) != want {
+		t.Errorf("id %d: want the echo of its %d-byte request, got %.200s", id, size, r.Raw)
+	}
+}
+
+func (h *harness) heldBytes() (inflight, held int) {
+	h.locked(func() {
+		for _, c := range h.srv.clients {
+			inflight += c.inflight
+			held += c.held
+		}
+	})
+	return inflight, held
+}
+
+// TestHeldBytesBound: the bytes of a client's requests that muxd holds
+// (waiting for an upstream here, in flight upstream alike) are bounded by
+// MaxHeldBytes; past it a request gets -32005 and loses nothing else, and
+// every held request is served once the upstream is up.
+func TestHeldBytesBound(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	t.Run("bound", func(t *testing.T) {
+		t.Parallel()
+		h, g := gatedHarness(t, false, func(c *Config) {
+			c.MaxHeldBytes = 10 * mib
+			c.RequestTimeout = time.Minute // frames of MiB are slow under -race
+		})
+		g.waitFails(t, 1)
+		c := h.dial(t)
+		// Three 3 MiB requests and a small one fit in 10 MiB; the
+		// fourth 3 MiB one does not, and neither does a fifth.
+		for id := 1; id <= 3; id++ {
+			c.send(bigCall(id, 3*mib))
+		}
+		c.send(`{"jsonrpc":"2.0","id":9,"method":"eth_chainId","params":[9]}`)
+		eventually(t, "requests waiting", func() bool { return h.waitingLen() == 4 })
+		for _, id := range []int{4, 5} {
+			c.send(bigCall(id, 3*mib))
+			r := parseResp(t, c.recv())
+			wantError(t, r, fmt.Sprint(id), -32005, "limit exceeded")
+			if r.reason() != "too many request bytes in flight" {
+				t.Errorf("id %d: reason %q", id, r.reason())
+			}
+		}
+		if inflight, held := h.heldBytes(); inflight != 4 || held < 9*mib || held > 10*mib {
+			t.Errorf("held %d requests, %d bytes; want 4 and 9-10 MiB", inflight, held)
+		}
+		g.set(true)
+		got := answersByID(t, c, 4)
+		for id := 1; id <= 3; id++ {
+			wantBigEcho(t, got[fmt.Sprint(id)], id, 3*mib)
+		}
+		wantEcho(t, got[`9`], `9`, "eth_chainId", `[9]`)
+		if inflight, held := h.heldBytes(); inflight != 0 || held != 0 {
+			t.Errorf("after the answers: %d requests, %d bytes held; want 0", inflight, held)
+		}
+		// The room is back.
+		c.send(bigCall(6, 3*mib))
+		wantBigEcho(t, parseResp(t, c.recv()), 6, 3*mib)
+	})
+
+	// A client that holds nothing may send one request of any size the
+	// message limit allows, even past MaxHeldBytes.
+	t.Run("one always fits", func(t *testing.T) {
+		t.Parallel()
+		h, _ := gatedHarness(t, true, func(c *Config) { c.MaxHeldBytes = mib })
+		h.fake.SetHandler(func(fc *fakeConn, r fakeReq) {
+			if r.Method != "eth_hold" {
+				fc.Answer(r)
+			}
+		})
+		c := h.dial(t)
+		c.send(bigCall(1, 3*mib))
+		r := parseResp(t, c.recv())
+		if r.Error != nil {
+			t.Fatalf("a lone 3 MiB request past a 1 MiB bound: %s", compact(r.Raw))
+		}
+		// Held in flight (the node does not answer eth_hold), it counts.
+		c.send(strings.Replace(bigCall(2, mib), "eth_call", "eth_hold", 1))
+		eventually(t, "request in flight", func() bool { n, _ := h.heldBytes(); return n == 1 })
+		c.send(`{"jsonrpc":"2.0","id":3,"method":"eth_chainId","params":[3]}`)
+		wantError(t, parseResp(t, c.recv()), `3`, -32005, "limit exceeded")
+	})
+}
+
+// TestHeldBytesReleased: a client that fills its bound while the node is
+// down and then leaves gives the memory back: the heap returns to near
+// where it was. Not parallel, so that other tests' heaps stay out of the
+// measurement.
+func TestHeldBytesReleased(t *testing.T) {
+	const mib = 1 << 20
+	h, g := gatedHarness(t, false, func(c *Config) {
+		c.MaxHeldBytes = 16 * mib
+		c.RequestTimeout = time.Minute
+	})
+	g.waitFails(t, 1)
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	c := h.dial(t)
+	// muxd answers [] itself: once it has, the session is set up.
+	wantError(t, parseResp(t, c.call(`[]`)), `null`, -32600, "empty batch")
+	base := heap()
+	// 20 requests of 3 MiB: 60 MiB sent, at most 16 MiB of it held.
+	for id := 1; id <= 20; id++ {
+		c.send(bigCall(id, 3*mib))
+	}
+	// Refusals come at once, in order; the held requests wait.
+	refused := 0
+	for refused+h.waitingLen() < 20 {
+		r := parseResp(t, c.recv())
+		if r.Error == nil || r.Error.Code != -32005 {
+			t.Fatalf("want a -32005 refusal, got %s", compact(r.Raw))
+		}
+		refused++
+	}
+	_, held := h.heldBytes()
+	grown := heap() - base
+	t.Logf("held %d requests (%d MiB), refused %d, heap +%d MiB", h.waitingLen(), held/mib, refused, grown/mib)
+	if held > 16*mib || held < 15*mib {
+		t.Errorf("held %d bytes, want 15-16 MiB", held)
+	}
+	// The held frames are in the heap (the measurement sees them), and
+	// little besides: no copy of the refused 45 MiB stayed.
+	if grown < 15*mib || grown > 16*mib+12*mib {
+		t.Errorf("heap grew %d MiB holding %d MiB", grown/mib, held/mib)
+	}
+	c.conn.CloseNow()
+	eventually(t, "client gone", func() bool { return len(h.clientIDs()) == 0 })
+	if n := h.waitingLen(); n != 0 {
+		t.Errorf("waiting = %d after the client left", n)
+	}
+	if after := heap(); after > base+8*mib {
+		t.Errorf("heap %d MiB above the baseline after the client left", (after-base)/mib)
+	}
+}
