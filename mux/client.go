@@ -51,7 +51,7 @@ type Client struct {
 
 	// Guarded by srv.mu.
 	inflight int
-	held     int // bytes of the upstream frames of its requests in flight or waiting
+	held     int               // bytes of the upstream frames of its requests in flight or waiting
 	subs     map[string]string // client subscription id -> subscription key
 }
 

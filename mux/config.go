@@ -21,6 +21,7 @@ const (
 	DefaultMaxWaiting         = 100000
 	DefaultMaxClients         = 10000
 	DefaultMaxHeldBytes       = 64 << 20
+	DefaultUpstreamMaxBatch   = 1000
 )
 
 // DefaultRetryMethods are the read-only methods that are sent again on the
@@ -79,6 +80,12 @@ type Config struct {
 	// non-nil slice means none.
 	DenyMethods []string
 
+	// UpstreamMaxBatch is the most elements muxd puts in one array to the
+	// node (geth's --rpc.batch-request-limit, 1000 by default): a longer
+	// client batch goes as consecutive arrays, each once the previous one
+	// is answered.
+	UpstreamMaxBatch int
+
 	// Per-client limits.
 	MaxBatch           int   // elements in one batch
 	MaxInFlight        int   // requests in flight
@@ -131,6 +138,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OutboundQueueBytes <= 0 {
 		c.OutboundQueueBytes = DefaultOutboundQueueBytes
+	}
+	if c.UpstreamMaxBatch <= 0 {
+		c.UpstreamMaxBatch = DefaultUpstreamMaxBatch
 	}
 	if c.MaxHeldBytes <= 0 {
 		c.MaxHeldBytes = DefaultMaxHeldBytes

@@ -124,9 +124,16 @@ func TestBatches(t *testing.T) {
 			delete(want, string(r.ID))
 			wantEcho(t, r, string(r.ID), r.echoMethod(), p)
 		}
+		// The node got the batch as one array, in the client's order,
+		// the notification in its place.
 		reqs := h.fake.Received()
-		if len(reqs) != 4 || h.fake.counts().batches != 0 {
-			t.Errorf("upstream got %d messages (%d arrays), want the 4 elements one by one", len(reqs), h.fake.counts().batches)
+		if len(reqs) != 4 || h.fake.counts().batches != 1 {
+			t.Errorf("upstream got %d messages (%d arrays), want the 4 elements in one array", len(reqs), h.fake.counts().batches)
+		}
+		for i, m := range []string{"eth_a", "eth_note", "eth_b", "eth_c"} {
+			if i < len(reqs) && reqs[i].Method != m {
+				t.Errorf("upstream element %d is %s, want %s", i, reqs[i].Method, m)
+			}
 		}
 		c.barrier()
 	})

@@ -91,6 +91,11 @@ func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *r
 			answers = append(answers, resp)
 		}
 	}
+	if out.batch != nil && up != nil {
+		// The forwarded elements go as one array (or several, past
+		// UpstreamMaxBatch): the node runs them in order.
+		out.frames = out.batch.NextArrays(out.frames, s.cfg.UpstreamMaxBatch)
+	}
 	for _, a := range answers {
 		if b.Add(a) {
 			// Completed by muxd's own answers: as in deliverLocked, the
@@ -128,6 +133,9 @@ func methodName(frame []byte, m *router.Message) string {
 // released.
 type outgoing struct {
 	frames [][]byte // to write upstream
+	// batch collects the forwarded elements of the client batch being
+	// admitted, to go upstream as arrays; nil for a single message.
+	batch *router.UpstreamBatch
 }
 
 // admitLocked decides what happens to one message. It returns muxd's own
@@ -161,6 +169,10 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 		}
 		if up == nil {
 			s.metrics.drop(DropNoUpstream)
+			return nil
+		}
+		if b != nil {
+			out.upstreamBatch().AddNotification(append([]byte(nil), elem...))
 			return nil
 		}
 		out.frames = append(out.frames, append([]byte(nil), elem...))
@@ -205,6 +217,9 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 	n := len(buf)
 	buf = append(buf, id...)
 	p.Frame, p.ID = buf[:n:n], buf[n:]
+	if b != nil {
+		p.Up = out.upstreamBatch()
+	}
 	if !s.enqueueLocked(c, uid, p, up, out) {
 		s.metrics.limit("waiting")
 		return s.errorBytes(id, router.ErrorUnavailable.Because("too many requests waiting for the upstream"))
@@ -212,9 +227,18 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 	return nil
 }
 
+// upstreamBatch returns the array being built for the client batch.
+func (o *outgoing) upstreamBatch() *router.UpstreamBatch {
+	if o.batch == nil {
+		o.batch = new(router.UpstreamBatch)
+	}
+	return o.batch
+}
+
 // enqueueLocked records p as in flight on up, or holds it until an upstream
-// is connected. It reports false when the waiting queue is full. Caller holds
-// s.mu.
+// is connected. It reports false when the waiting queue is full. A request
+// of a client batch (p.Up set) joins its upstream array, which the caller
+// sends once the whole batch is admitted. Caller holds s.mu.
 func (s *Server) enqueueLocked(c *Client, uid uint64, p router.Pending, up *upstreamConn, out *outgoing) bool {
 	if up == nil {
 		if len(s.waiting) >= s.cfg.MaxWaiting {
@@ -223,7 +247,12 @@ func (s *Server) enqueueLocked(c *Client, uid uint64, p router.Pending, up *upst
 		s.waiting = append(s.waiting, waitingRequest{uid, p})
 	} else {
 		s.reqs.Add(uid, p)
-		out.frames = append(out.frames, p.Frame)
+		if p.Up == nil {
+			out.frames = append(out.frames, p.Frame)
+		}
+	}
+	if p.Up != nil {
+		p.Up.AddCall(uid, p.Frame)
 	}
 	s.startedLocked(c, len(p.Frame))
 	return true

@@ -25,6 +25,10 @@ type fakeReq struct {
 	ID     json.RawMessage // nil for a notification
 	Method string
 	Params json.RawMessage
+	// Frame numbers the frame it came in on its connection (1 for the
+	// first); Array is that frame's element count, 0 when it was not an
+	// array, and Index its place in it.
+	Frame, Array, Index int
 }
 
 // IsNotification reports whether the message had no id member.
@@ -72,6 +76,8 @@ type fakeConn struct {
 	f  *fakeUpstream
 	N  int // 1 for the first connection
 	ws *websocket.Conn
+
+	frames int // frames received; owned by the connection's reader
 
 	// guarded by f.mu
 	reqs   []fakeReq
@@ -509,9 +515,14 @@ func (f *fakeUpstream) received(fc *fakeConn, b []byte) bool {
 		fc.ws.Close(websocket.StatusNormalClosure, "")
 		return false
 	}
+	fc.frames++
+	array := 0
+	if len(msgs) > 0 && (len(elems) > 1 || bytes.TrimLeft(b, " \t\r\n")[0] == '[') {
+		array = len(elems)
+	}
 	for i, e := range elems {
 		m := msgs[i]
-		r := fakeReq{Raw: e, ID: m.ID, Method: m.Method, Params: m.Params}
+		r := fakeReq{Raw: e, ID: m.ID, Method: m.Method, Params: m.Params, Frame: fc.frames, Array: array, Index: i}
 		f.mu.Lock()
 		fc.reqs = append(fc.reqs, r)
 		h := f.handle

@@ -2,6 +2,7 @@ package mux_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,6 +81,14 @@ func (u *ingUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
+		if t := bytes.TrimLeft(msg, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+			// A batch is run in order and answered with one array, as
+			// geth does.
+			if arr := u.answerArray(msg); arr != nil {
+				c.Write(ctx, websocket.MessageText, arr)
+			}
+			continue
+		}
 		var req struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
@@ -121,6 +130,36 @@ func (u *ingUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		c.Write(ctx, websocket.MessageText, resp)
 	}
+}
+
+// answerArray answers a batch: one array of the answers to its calls, nil
+// when it holds none.
+func (u *ingUpstream) answerArray(msg []byte) []byte {
+	var elems []struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(msg, &elems) != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range elems {
+		u.mu.Lock()
+		u.methods = append(u.methods, e.Method)
+		u.mu.Unlock()
+		if e.ID == nil {
+			continue
+		}
+		if e.Params == nil {
+			e.Params = json.RawMessage("null")
+		}
+		out = append(out, `{"jsonrpc":"2.0","id":`+string(e.ID)+`,"result":{"m":"`+e.Method+`","p":`+string(e.Params)+`}}`)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return []byte("[" + strings.Join(out, ",") + "]")
 }
 
 // seen reports whether the node has received method.

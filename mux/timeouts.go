@@ -34,10 +34,16 @@ func (s *Server) sweepLoop(ctx context.Context) {
 // upstream, or a subscription waiting for the node's answer. An answer that
 // comes later finds nothing and is dropped.
 func (s *Server) sweep(now time.Time) {
-	var expired []router.Pending
+	var (
+		expired []router.Pending
+		next    [][]byte // later arrays of batches whose array in flight expired
+	)
 	s.mu.Lock()
-	s.reqs.Expire(now, func(_ uint64, p router.Pending) {
+	s.reqs.Expire(now, func(id uint64, p router.Pending) {
 		s.settledLocked(p)
+		if p.Up != nil && p.Up.Settle(id) {
+			next = p.Up.NextArrays(next, s.cfg.UpstreamMaxBatch)
+		}
 		expired = append(expired, p)
 	})
 	kept := s.waiting[:0]
@@ -47,6 +53,9 @@ func (s *Server) sweep(now time.Time) {
 			continue
 		}
 		s.settledLocked(w.p)
+		if w.p.Up != nil {
+			w.p.Up.Settle(w.id) // not sent yet: its array will leave it out
+		}
 		if w.p.Kind == router.KindCall {
 			expired = append(expired, w.p)
 		}
@@ -62,5 +71,7 @@ func (s *Server) sweep(now time.Time) {
 			s.deliverLocked(c, p, router.ErrorResponse(p.ID, router.ErrorTimeout), router.CodeUnavailable)
 		}
 	}
+	up := s.up
 	s.mu.Unlock()
+	up.send(next...)
 }

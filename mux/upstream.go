@@ -3,6 +3,7 @@ package mux
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ type upstreamConn struct {
 	ctx    context.Context
 	srv    *Server
 	msgs   []router.Message // scan buffer, owned by the reader
+	uids   []uint64         // routeWholeBatch's buffer, owned by the reader
 	failed sync.Once
 }
 
@@ -67,7 +69,14 @@ func (s *Server) serveUpstream(ctx context.Context, rc *reconnect.Conn) error {
 	s.waiting = nil
 	for _, w := range waiting {
 		s.reqs.Add(w.id, w.p)
-		out.frames = append(out.frames, w.p.Frame)
+		switch {
+		case w.p.Up == nil:
+			out.frames = append(out.frames, w.p.Frame)
+		case !w.p.Up.Started():
+			// A batch's requests wait together, in order: its array
+			// goes where its first request stood.
+			out.frames = w.p.Up.NextArrays(out.frames, s.cfg.UpstreamMaxBatch)
+		}
 	}
 	s.mu.Unlock()
 	s.log.Info("upstream session started", "gen", rc.Gen, "sent_waiting", len(waiting), "resubscribed", len(out.frames)-len(waiting))
@@ -110,11 +119,15 @@ func (s *Server) route(u *upstreamConn, frame []byte) {
 		return
 	}
 	u.msgs = f.Messages
+	if f.Batch && len(f.Messages) > 1 && s.routeWholeBatch(u, frame, f.Messages) {
+		clear(u.msgs)
+		return
+	}
 	for i := range f.Messages {
 		m := &f.Messages[i]
 		switch {
 		case m.HasID():
-			s.routeResponse(u, frame, m)
+			s.routeResponse(u, frame, m, f.Batch && len(f.Messages) == 1)
 		case m.MethodIs(frame, methodSubscription):
 			s.routePush(u, frame, m)
 		default:
@@ -124,9 +137,112 @@ func (s *Server) route(u *upstreamConn, frame []byte) {
 	clear(u.msgs)
 }
 
+// wholeBatchMax is the largest array answer that routeWholeBatch splices
+// with s.mu held; larger ones go element by element, which copies large
+// answers without the lock.
+const wholeBatchMax = 64 << 10
+
+// routeWholeBatch is the fast path for the common case of a client batch:
+// the node's array answer holds exactly the answers to one client batch,
+// nothing of which has been answered otherwise. The ids are spliced in one
+// pass into the client's array, with no per-element copies and no
+// re-assembly. It reports false, having changed nothing, when the case does
+// not apply.
+func (s *Server) routeWholeBatch(u *upstreamConn, frame []byte, msgs []router.Message) bool {
+	if len(frame) > wholeBatchMax {
+		return false
+	}
+	// The ids, sorted, must all differ: a node that repeats an id gets
+	// the element-by-element path, which drops the repeat.
+	uids := u.uids[:0]
+	for i := range msgs {
+		m := &msgs[i]
+		if !m.HasID() {
+			return false
+		}
+		uid, ok := router.ParseUpstreamID(m.ID.In(frame))
+		if !ok {
+			return false
+		}
+		uids = append(uids, uid)
+	}
+	u.uids = uids
+	slices.Sort(uids)
+	for i := 1; i < len(uids); i++ {
+		if uids[i] == uids[i-1] {
+			return false
+		}
+	}
+	s.mu.Lock()
+	if !s.wholeBatchLocked(u, uids, len(msgs)) {
+		s.mu.Unlock()
+		return false
+	}
+	var (
+		b    *router.Batch
+		next [][]byte
+		out  []byte
+	)
+	for i := range msgs {
+		m := &msgs[i]
+		elem, idSpan := router.Element(frame, m)
+		uid, _ := router.ParseUpstreamID(idSpan.In(elem))
+		p, _ := s.reqs.Take(uid)
+		if b == nil {
+			b = p.Batch
+			out = make([]byte, 1, len(frame)+b.Want()*(len(p.ID)+1)+2)
+			out[0] = '['
+		} else {
+			out = append(out, ',')
+		}
+		if p.Up.Settle(uid) {
+			next = p.Up.NextArrays(next, s.cfg.UpstreamMaxBatch)
+		}
+		s.settledLocked(p)
+		s.metrics.response(responseCode(frame, m))
+		if !p.Sent.IsZero() {
+			s.metrics.Latency.Observe(time.Since(p.Sent).Seconds())
+		}
+		out = router.AppendSpliced(out, elem, idSpan, p.ID)
+	}
+	b.Close()
+	if c := s.clients[b.Client]; c != nil {
+		c.send(append(out, ']'))
+	}
+	s.mu.Unlock()
+	u.send(next...) // nothing in practice: the whole client batch is answered
+	return true
+}
+
+// wholeBatchLocked reports whether uids, all different, are the pending
+// calls of one client batch that expects exactly n answers and has none
+// yet. Caller holds s.mu.
+func (s *Server) wholeBatchLocked(u *upstreamConn, uids []uint64, n int) bool {
+	if s.up != u {
+		return false
+	}
+	var b *router.Batch
+	for _, uid := range uids {
+		p, ok := s.reqs.Peek(uid)
+		if !ok || p.Kind != router.KindCall || p.Batch == nil || p.Up == nil {
+			return false
+		}
+		if b == nil {
+			b = p.Batch
+			if b.Want() != n || !b.Untouched() || len(b.Subs) > 0 {
+				return false
+			}
+		} else if p.Batch != b {
+			return false
+		}
+	}
+	return b != nil
+}
+
 // routeResponse is layer 1: the upstream id names the pending request; the
-// client's own id bytes are spliced back in.
-func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message) {
+// client's own id bytes are spliced back in. arrayOfOne says m came alone in
+// an array, which is how a node refuses a whole batch.
+func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message, arrayOfOne bool) {
 	elem, idSpan := router.Element(frame, m)
 	raw := idSpan.In(elem)
 	if router.IsNull(raw) {
@@ -149,6 +265,11 @@ func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message)
 		s.mu.Unlock()
 		s.dropped(DropUnknownID, "upstream response matches no pending request", "gen", u.Gen, "id", uid)
 		return
+	}
+	var next [][]byte // the batch's next array, when this answer completes one
+	if p.Up != nil {
+		next = s.arrayAnsweredLocked(uid, p, frame, m, arrayOfOne)
+		defer u.send(next...) // after s.mu is released, on every path below
 	}
 	if p.Kind != router.KindCall {
 		s.settledLocked(p)
@@ -192,6 +313,39 @@ func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message)
 	s.mu.Unlock()
 }
 
+// arrayAnsweredLocked settles call uid of an upstream array, whose answer m
+// has come, and returns the array to send next when this completes the one
+// in flight. When the node refused the whole array (geth's "batch too
+// large": one error, alone in an array, under the id of the array's first
+// call), every other call of the array gets that same error, as the node
+// wrote it, under its own id. Caller holds s.mu.
+func (s *Server) arrayAnsweredLocked(uid uint64, p router.Pending, frame []byte, m *router.Message, arrayOfOne bool) [][]byte {
+	var next [][]byte
+	if first, calls := p.Up.FirstInFlight(); arrayOfOne && m.Error.Present() && first == uid && calls > 1 {
+		elem, idSpan := router.Element(frame, m)
+		code := responseCode(frame, m)
+		for _, id := range p.Up.InFlight(nil) {
+			if id == uid {
+				continue
+			}
+			q, ok := s.reqs.Take(id)
+			if !ok {
+				continue
+			}
+			if p.Up.Settle(id) {
+				next = p.Up.NextArrays(next, s.cfg.UpstreamMaxBatch)
+			}
+			if c := s.settledLocked(q); c != nil {
+				s.deliverLocked(c, q, router.AppendSpliced(nil, elem, idSpan, q.ID), code)
+			}
+		}
+	}
+	if p.Up.Settle(uid) {
+		next = p.Up.NextArrays(next, s.cfg.UpstreamMaxBatch)
+	}
+	return next
+}
+
 // inlineSpliceMax is the largest answer whose id is spliced with s.mu held.
 const inlineSpliceMax = 16 << 10
 
@@ -232,12 +386,27 @@ func (s *Server) upstreamLost(u *upstreamConn) {
 	if s.up == u {
 		s.setUp(nil)
 	}
+	// A batch's retried requests go again as one array, in order, under
+	// their upstream ids; Discard hands them over in id order.
+	regrouped := map[*router.UpstreamBatch]*router.UpstreamBatch{}
 	s.reqs.Discard(func(id uint64, p router.Pending) {
 		if p.Kind != router.KindCall {
 			s.settledLocked(p)
 			return // subscriptions are redone on the next connection
 		}
-		if s.policy.retryable(p.Method) && now.Before(p.Deadline) && len(s.waiting) < s.cfg.MaxWaiting {
+		// A request of a batch's later array was never sent: the node
+		// cannot have run it, so it is sent again whatever its method.
+		unsent := p.Up != nil && !p.Up.Sent(id)
+		if (unsent || s.policy.retryable(p.Method)) && now.Before(p.Deadline) && len(s.waiting) < s.cfg.MaxWaiting {
+			if p.Up != nil {
+				ng := regrouped[p.Up]
+				if ng == nil {
+					ng = new(router.UpstreamBatch)
+					regrouped[p.Up] = ng
+				}
+				ng.AddCall(id, p.Frame)
+				p.Up = ng
+			}
 			s.waiting = append(s.waiting, waitingRequest{id, p})
 			retried++
 			return

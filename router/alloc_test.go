@@ -113,3 +113,65 @@ func TestAllocsRoute(t *testing.T) {
 		t.Fatalf("heap grew to %d", r.deadline.len())
 	}
 }
+
+// TestAllocsRouteArray: a node's 10-element array answer to a batch is
+// scanned once and each element routed (table lookup, settling its place
+// in the upstream array, id splice) without an allocation.
+func TestAllocsRouteArray(t *testing.T) {
+	const n = 10
+	r := NewRequests()
+	for i := 0; i < 100; i++ {
+		r.Add(r.Next(), Pending{Client: ClientID(i%4 + 1), ID: []byte("1"), Deadline: t0.Add(time.Hour)})
+	}
+	var answer []byte
+	answer = append(answer, '[')
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = r.Next()
+		if i > 0 {
+			answer = append(answer, ',')
+		}
+		answer = append(answer, `{"jsonrpc":"2.0","id":`...)
+		answer = AppendUpstreamID(answer, ids[i])
+		answer = append(answer, `,"result":"0x8a3c6e1f0b2d4c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d"}`...)
+	}
+	answer = append(answer, ']')
+	msgs := make([]Message, 0, n)
+	out := make([]byte, 0, 256)
+	pend := make([]Pending, n)
+	for i := range pend {
+		pend[i] = Pending{Client: 7, ID: []byte(`"client-id"`), Method: "eth_call", Deadline: t0.Add(time.Minute)}
+	}
+	up := new(UpstreamBatch)
+	for i, id := range ids {
+		up.AddCall(id, []byte("x"))
+		pend[i].Up = up
+	}
+	assertNoAllocs(t, "route a 10-element array", func() {
+		for i, id := range ids {
+			r.Add(id, pend[i])
+		}
+		up.rearm() // as sent whole and unanswered
+		f, err := ScanUpstream(answer, msgs)
+		if err != nil || len(f.Messages) != n {
+			panic(err)
+		}
+		for k := range f.Messages {
+			m := &f.Messages[k]
+			elem, idSpan := Element(answer, m)
+			uid, ok := ParseUpstreamID(idSpan.In(elem))
+			if !ok {
+				panic("id")
+			}
+			got, ok := r.Take(uid)
+			if !ok {
+				panic("not pending")
+			}
+			got.Up.Settle(uid)
+			out = AppendSpliced(out[:0], elem, idSpan, got.ID)
+		}
+	})
+	if string(out) != `{"jsonrpc":"2.0","id":"client-id","result":"0x8a3c6e1f0b2d4c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d"}` {
+		t.Fatalf("routed %s", out)
+	}
+}

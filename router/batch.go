@@ -32,6 +32,16 @@ func (b *Batch) Add(resp []byte) (completed bool) {
 	return len(b.parts) == b.want
 }
 
+// Untouched reports whether no answer has been added yet.
+func (b *Batch) Untouched() bool { return len(b.parts) == 0 && b.size == 0 }
+
+// Close marks the batch complete without its parts, for a caller that
+// answered it whole some other way; later answers are ignored.
+func (b *Batch) Close() {
+	b.parts = b.parts[:0]
+	b.want = 0
+}
+
 // Complete reports whether every expected answer is in.
 func (b *Batch) Complete() bool { return len(b.parts) >= b.want }
 

@@ -30,9 +30,12 @@ type Pending struct {
 	Sent     time.Time // when the client's request reached muxd
 	Deadline time.Time
 	Batch    *Batch // the client batch it belongs to, nil for a single request
-	Frame    []byte // the request as sent upstream, kept so it can be sent again
-	Kind     Kind
-	Key      string // the subscription key, for KindSubscribe and KindUnsubscribe
+	// Up is what the node sees of that batch: the array the request goes
+	// upstream in. nil for a single request and for muxd's own.
+	Up    *UpstreamBatch
+	Frame []byte // the request as sent upstream, kept so it can be sent again
+	Kind  Kind
+	Key   string // the subscription key, for KindSubscribe and KindUnsubscribe
 }
 
 // Requests is the pending table of ONE upstream connection: upstream id ->
@@ -108,6 +111,16 @@ func (r *Requests) Take(id uint64) (Pending, bool) {
 	p := r.slots[i].p
 	r.remove(id, i)
 	return p, true
+}
+
+// Peek returns the request pending under upstream id id, leaving it there.
+// The pointer is valid until the table next changes.
+func (r *Requests) Peek(id uint64) (*Pending, bool) {
+	i, ok := r.m[id]
+	if !ok {
+		return nil, false
+	}
+	return &r.slots[i].p, true
 }
 
 // remove deletes id, whose Pending is in slots[i].

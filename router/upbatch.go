@@ -1,0 +1,164 @@
+package router
+
+import (
+	"cmp"
+	"slices"
+)
+
+// UpstreamBatch is what the node sees of one client batch: the elements
+// muxd forwards, in the client's order, sent as JSON arrays so that the node
+// runs them in order, as it does for a client connected to it directly.
+// Elements muxd answers itself (invalid, denied, over a limit) and the
+// subscription layer's eth_subscribe/eth_unsubscribe are not in it.
+//
+// An array holds at most the max given to NextArrays elements; a longer batch
+// goes as consecutive arrays, the next one once every call of the previous
+// one is settled (answered, timed out or given up), so that order still holds
+// on a node that limits its batches.
+//
+// An UpstreamBatch is not safe for concurrent use; the caller's lock guards
+// it with the pending table.
+type UpstreamBatch struct {
+	elems []upElem // in client order
+	calls []int32  // positions of the calls in elems, whose ids ascend
+	next  int      // the first element not yet sent
+	owed  int      // calls of the array in flight not yet settled
+	from  int      // the array in flight is elems[from:next]
+}
+
+// upElem is one forwarded element: a call (id != 0) or a notification.
+type upElem struct {
+	id      uint64 // upstream id; 0 for a notification
+	frame   []byte // as sent upstream
+	settled bool
+}
+
+// AddCall appends a call with upstream id id, whose upstream frame is frame.
+// Ids must increase from one call to the next.
+func (u *UpstreamBatch) AddCall(id uint64, frame []byte) {
+	u.calls = append(u.calls, int32(len(u.elems)))
+	u.elems = append(u.elems, upElem{id: id, frame: frame})
+}
+
+// AddNotification appends a notification, which travels in the array in its
+// place and is answered by nothing.
+func (u *UpstreamBatch) AddNotification(frame []byte) {
+	u.elems = append(u.elems, upElem{frame: frame})
+}
+
+// Len is the number of elements.
+func (u *UpstreamBatch) Len() int { return len(u.elems) }
+
+// NextArrays appends to dst the next frames to send upstream and returns
+// it: up to max elements (max <= 0: all) not yet sent, less the calls settled
+// meanwhile (timed out while waiting for an upstream), as one JSON array, or
+// as the element alone when it is the only one. An array that holds no call
+// (notifications only) is answered by nothing, so the next one follows it at
+// once. It appends nothing when nothing is left to send.
+func (u *UpstreamBatch) NextArrays(dst [][]byte, max int) [][]byte {
+	for u.owed == 0 && u.next < len(u.elems) {
+		end := len(u.elems)
+		if max > 0 && end-u.next > max {
+			end = u.next + max
+		}
+		u.from = u.next
+		u.next = end
+		n, size := 0, 1
+		for i := u.from; i < end; i++ {
+			if e := &u.elems[i]; !e.settled {
+				n++
+				size += len(e.frame) + 1
+				if e.id != 0 {
+					u.owed++
+				}
+			}
+		}
+		switch n {
+		case 0:
+			continue
+		case 1:
+			for i := u.from; i < end; i++ {
+				if e := &u.elems[i]; !e.settled {
+					dst = append(dst, e.frame)
+				}
+			}
+			continue
+		}
+		out := make([]byte, 1, size+1)
+		out[0] = '['
+		for i := u.from; i < end; i++ {
+			if e := &u.elems[i]; !e.settled {
+				if len(out) > 1 {
+					out = append(out, ',')
+				}
+				out = append(out, e.frame...)
+			}
+		}
+		dst = append(dst, append(out, ']'))
+	}
+	return dst
+}
+
+// index returns the position of call id, or -1.
+func (u *UpstreamBatch) index(id uint64) int {
+	k, ok := slices.BinarySearchFunc(u.calls, id, func(pos int32, id uint64) int {
+		return cmp.Compare(u.elems[pos].id, id)
+	})
+	if !ok {
+		return -1
+	}
+	return int(u.calls[k])
+}
+
+// Settle records that call id needs no more from the node (its answer came,
+// or it timed out). It reports whether the array in flight is now settled
+// whole with elements still to send: the caller then sends NextArrays.
+func (u *UpstreamBatch) Settle(id uint64) (sendNext bool) {
+	i := u.index(id)
+	if i < 0 || u.elems[i].settled {
+		return false
+	}
+	u.elems[i].settled = true
+	u.elems[i].frame = nil
+	if i < u.from || i >= u.next {
+		return false // not sent yet: NextArrays will leave it out
+	}
+	u.owed--
+	return u.owed == 0 && u.next < len(u.elems)
+}
+
+// Started reports whether anything of the batch has been sent.
+func (u *UpstreamBatch) Started() bool { return u.next > 0 }
+
+// Sent reports whether call id has gone upstream in an array (or alone).
+func (u *UpstreamBatch) Sent(id uint64) bool {
+	i := u.index(id)
+	return i >= 0 && i < u.next
+}
+
+// InFlight appends to dst the upstream ids of the unsettled calls of the
+// array in flight, in order.
+func (u *UpstreamBatch) InFlight(dst []uint64) []uint64 {
+	for i := u.from; i < u.next; i++ {
+		if e := &u.elems[i]; e.id != 0 && !e.settled {
+			dst = append(dst, e.id)
+		}
+	}
+	return dst
+}
+
+// FirstInFlight is the upstream id of the first call of the array in
+// flight (settled or not), and how many calls the array held; 0, 0 if none.
+// A node that refuses a whole array (geth's "batch too large") answers with
+// one error under that id.
+func (u *UpstreamBatch) FirstInFlight() (id uint64, calls int) {
+	for i := u.from; i < u.next; i++ {
+		if e := &u.elems[i]; e.id != 0 {
+			if id == 0 {
+				id = e.id
+			}
+			calls++
+		}
+	}
+	return id, calls
+}

@@ -1,0 +1,135 @@
+package router
+
+import (
+	"strings"
+	"testing"
+)
+
+// rearm marks every element as sent in one array and unanswered, for tests
+// that route the same answer many times.
+func (u *UpstreamBatch) rearm() {
+	u.from, u.next, u.owed = 0, len(u.elems), len(u.calls)
+	for i := range u.elems {
+		u.elems[i].settled = false
+	}
+}
+
+func TestUpstreamBatch(t *testing.T) {
+	call := func(id string) []byte { return []byte(`{"id":` + id + `}`) }
+	note := []byte(`{"n":1}`)
+	// build makes a batch of calls (ids 1, 2, …) with a notification
+	// wherever the layout says "n".
+	build := func(layout string) *UpstreamBatch {
+		u := new(UpstreamBatch)
+		id := uint64(0)
+		for _, c := range strings.Split(layout, ",") {
+			if c == "n" {
+				u.AddNotification(note)
+				continue
+			}
+			id++
+			u.AddCall(id, call(c))
+		}
+		return u
+	}
+	str := func(frames [][]byte) string {
+		var parts []string
+		for _, f := range frames {
+			parts = append(parts, string(f))
+		}
+		return strings.Join(parts, " | ")
+	}
+	for _, tc := range []struct {
+		name   string
+		layout string
+		max    int
+		// steps: settle these ids before the next NextArrays; "" sends
+		// the first array.
+		settle [][]uint64
+		want   []string // frames sent at each step
+		next   []bool   // Settle's verdict for the last id of each step
+	}{
+		{
+			name: "all in one", layout: "1,n,2,3", max: 0,
+			want: []string{`[{"id":1},{"n":1},{"id":2},{"id":3}]`},
+		},
+		{
+			name: "one call alone", layout: "1", max: 0,
+			want: []string{`{"id":1}`},
+		},
+		{
+			name: "chunks of two", layout: "1,2,3,4,5", max: 2,
+			settle: [][]uint64{{2, 1}, {3, 4}},
+			want:   []string{`[{"id":1},{"id":2}]`, `[{"id":3},{"id":4}]`, `{"id":5}`},
+			next:   []bool{true, true},
+		},
+		{
+			name: "an answer out of the array in flight changes nothing", layout: "1,2,3", max: 2,
+			settle: [][]uint64{{3}, {1, 2}},
+			// 3 settled before it was sent: left out, so nothing
+			// follows the first array.
+			want: []string{`[{"id":1},{"id":2}]`, ``, ``},
+			next: []bool{false, true},
+		},
+		{
+			name: "notifications only array is followed at once", layout: "n,n,1,2", max: 2,
+			want: []string{`[{"n":1},{"n":1}] | [{"id":1},{"id":2}]`},
+		},
+		{
+			name: "settled while waiting is left out", layout: "1,2,3", max: 0,
+			settle: nil,
+			want:   []string{`[{"id":1},{"id":2},{"id":3}]`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := build(tc.layout)
+			if got := str(u.NextArrays(nil, tc.max)); got != tc.want[0] {
+				t.Fatalf("first: %s, want %s", got, tc.want[0])
+			}
+			for i, ids := range tc.settle {
+				var last bool
+				for _, id := range ids {
+					last = u.Settle(id)
+				}
+				if last != tc.next[i] {
+					t.Errorf("step %d: Settle = %v, want %v", i, last, tc.next[i])
+				}
+				if got := str(u.NextArrays(nil, tc.max)); got != tc.want[i+1] {
+					t.Errorf("step %d: sent %s, want %s", i, got, tc.want[i+1])
+				}
+			}
+		})
+	}
+
+	t.Run("settled before sending", func(t *testing.T) {
+		u := build("1,2,3")
+		u.Settle(2)
+		if got := str(u.NextArrays(nil, 0)); got != `[{"id":1},{"id":3}]` {
+			t.Errorf("sent %s", got)
+		}
+		if !u.Sent(3) || u.Sent(9) {
+			t.Errorf("Sent(3) = %v, Sent(9) = %v", u.Sent(3), u.Sent(9))
+		}
+	})
+
+	t.Run("in flight", func(t *testing.T) {
+		u := build("n,1,2,3,4")
+		u.NextArrays(nil, 3) // n, 1, 2
+		if id, calls := u.FirstInFlight(); id != 1 || calls != 2 {
+			t.Errorf("FirstInFlight = %d, %d; want 1, 2", id, calls)
+		}
+		u.Settle(1)
+		if got := u.InFlight(nil); len(got) != 1 || got[0] != 2 {
+			t.Errorf("InFlight = %v, want [2]", got)
+		}
+		if u.Sent(3) {
+			t.Error("3 is not sent yet")
+		}
+		if u.Settle(1) {
+			t.Error("settling twice counts twice")
+		}
+		if !u.Settle(2) {
+			t.Error("the array in flight is settled whole: the next one is due")
+		}
+	})
+}
