@@ -70,6 +70,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 			return
 		}
 		defer c.CloseNow()
+		c.SetReadLimit(128 << 20) // requests of several MiB, as muxd forwards them
 		ctx := r.Context()
 		for {
 			_, msg, err := c.Read(ctx)

@@ -157,6 +157,9 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if onListenersOpened != nil {
+		onListenersOpened(ls)
+	}
 
 	runCtx, stopRun := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -167,6 +170,7 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 	}()
 
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	httpConns := trackHTTP(httpSrv)
 	var metricsSrv *http.Server
 	serveErr := make(chan error, 3)
 	if ls.ws != nil {
@@ -199,26 +203,10 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	stopWatchdog()
 
-	var errs *multierror.Error
+	errs := shutdownClients(log, cfg.ShutdownGrace.Duration, srv, httpSrv, httpConns, ls.ipc)
 	errs = multierror.Append(errs, runErr)
-	grace, cancelGrace := context.WithTimeout(context.Background(), cfg.ShutdownGrace.Duration)
-	defer cancelGrace()
-	var sw sync.WaitGroup
-	var mu sync.Mutex
-	collect := func(err error) {
-		mu.Lock()
-		errs = multierror.Append(errs, err)
-		mu.Unlock()
-	}
-	sw.Add(2)
-	go func() { defer sw.Done(); collect(ignoreClosed(httpSrv.Shutdown(grace))) }()
-	go func() { defer sw.Done(); collect(srv.Shutdown(grace)) }()
-	if ls.ipc != nil {
-		collect(ignoreClosed(ls.ipc.Close()))
-	}
-	sw.Wait()
 	if metricsSrv != nil {
-		collect(ignoreClosed(metricsSrv.Close()))
+		errs = multierror.Append(errs, ignoreClosed(metricsSrv.Close()))
 	}
 	stopRun()
 	wg.Wait()
@@ -237,6 +225,11 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 // onListening, when set (by tests), is called once serve has bound its
 // listeners, with their addresses (nil for one not in use).
 var onListening func(ws, ipc, metrics net.Addr)
+
+// onListenersOpened, when set (by tests), is called with the listeners as
+// soon as they are open, before anything serves on them; it may replace
+// them.
+var onListenersOpened func(*listeners)
 
 func addrOf(l net.Listener) net.Addr {
 	if l == nil {
