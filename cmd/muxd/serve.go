@@ -122,8 +122,15 @@ func chgrp(path, group string) error {
 // serve runs muxd until ctx is done (SIGINT/SIGTERM), then shuts down
 // gracefully: stop accepting, let in-flight requests finish within
 // shutdown_grace, close clients with 1001 and the upstream with 1000.
-func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
+//
+// exposed names the options given as flags whose values may be secrets;
+// serve warns that they are visible in the process list.
+func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer) error {
 	log := newLogger(cfg, logOut)
+	if len(exposed) > 0 {
+		log.Warn("secrets given as flags can be read by every local user in the process list (/proc/PID/cmdline): "+
+			"set the upstream URL in MUXD_UPSTREAM and headers in the config file (mode 0600) instead", "flags", exposed)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := mux.New(mux.Config{

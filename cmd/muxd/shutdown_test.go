@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -172,30 +171,30 @@ func TestShutdownClosesIncompleteHTTPRequests(t *testing.T) {
 }
 
 // failingListener is the WebSocket/HTTP listener of
-// TestShutdownGenuineFailureExits1: it accepts nothing, its Accept fails
-// for good once acceptFails is closed, and its Close fails when closeFails
-// is set.
+// TestShutdownGenuineFailureExits1: once acceptFails is closed, its next
+// Accept fails for good, and its Close fails when closeFails is set.
 type failingListener struct {
 	net.Listener
 	acceptFails chan struct{}
 	closeFails  bool
-	closeOnce   sync.Once
-	closed      chan struct{}
 }
 
 var errListenerBroke = errors.New("listener broke")
 
 func (l *failingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
 	select {
 	case <-l.acceptFails:
+		if c != nil {
+			c.Close()
+		}
 		return nil, errListenerBroke
-	case <-l.closed:
-		return nil, net.ErrClosed
+	default:
 	}
+	return c, err
 }
 
 func (l *failingListener) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
 	err := l.Listener.Close()
 	if l.closeFails {
 		return errListenerBroke
@@ -209,10 +208,24 @@ func TestShutdownGenuineFailureExits1(t *testing.T) {
 	tests := []struct {
 		name       string
 		closeFails bool
-		stop       func(cancel func(), l *failingListener)
+		stop       func(t *testing.T, addr string, cancel func(), l *failingListener)
 	}{
-		{"accept fails while running", false, func(_ func(), l *failingListener) { close(l.acceptFails) }},
-		{"close fails on SIGTERM", true, func(cancel func(), _ *failingListener) { cancel() }},
+		{"accept fails while running", false, func(t *testing.T, addr string, _ func(), l *failingListener) {
+			close(l.acceptFails)
+			if c, err := net.Dial("tcp", addr); err == nil { // wakes Accept
+				c.Close()
+			}
+		}},
+		{"close fails on SIGTERM", true, func(t *testing.T, addr string, cancel func(), _ *failingListener) {
+			// Once muxd has answered, it serves on the listener (a
+			// shutdown before that would never close it).
+			resp, err := http.Get("http://" + addr + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			cancel()
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,12 +233,12 @@ func TestShutdownGenuineFailureExits1(t *testing.T) {
 			node := newFakeNode(t)
 			var fl *failingListener
 			onListenersOpened = func(ls *listeners) {
-				fl = &failingListener{Listener: ls.ws, acceptFails: make(chan struct{}), closeFails: tt.closeFails, closed: make(chan struct{})}
+				fl = &failingListener{Listener: ls.ws, acceptFails: make(chan struct{}), closeFails: tt.closeFails}
 				ls.ws = fl
 			}
 			t.Cleanup(func() { onListenersOpened = nil })
-			_, stderr, cancel, exit := startServe(t, "--upstream", node.url(), "--listen", "127.0.0.1:0", "--shutdown-grace", "1h")
-			tt.stop(cancel, fl)
+			addr, stderr, cancel, exit := startServe(t, "--upstream", node.url(), "--listen", "127.0.0.1:0", "--shutdown-grace", "1h")
+			tt.stop(t, addr, cancel, fl)
 			if code := waitExit(t, exit, stderr); code != 1 {
 				t.Fatalf("run exited %d, want 1:\n%s", code, stderr)
 			}
