@@ -32,14 +32,24 @@ type httpConns struct {
 // connKey is the request context key under which the connection is found.
 type connKey struct{}
 
-// trackHTTP makes t follow srv's connections: it sets srv's ConnContext and
-// ConnState and wraps its Handler. Call it before srv serves.
+// trackHTTP makes t follow srv's connections: it wraps srv's ConnContext,
+// ConnState (both still called when set) and Handler. Call it before srv
+// serves.
 func trackHTTP(srv *http.Server) *httpConns {
 	t := &httpConns{owed: map[net.Conn]bool{}}
+	prevContext, prevState := srv.ConnContext, srv.ConnState
 	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prevContext != nil {
+			ctx = prevContext(ctx, c)
+		}
 		return context.WithValue(ctx, connKey{}, c)
 	}
-	srv.ConnState = t.connState
+	srv.ConnState = func(c net.Conn, s http.ConnState) {
+		t.connState(c, s)
+		if prevState != nil {
+			prevState(c, s)
+		}
+	}
 	next := srv.Handler
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, _ := r.Context().Value(connKey{}).(net.Conn)

@@ -120,8 +120,10 @@ func chgrp(path, group string) error {
 }
 
 // serve runs muxd until ctx is done (SIGINT/SIGTERM), then shuts down
-// gracefully: stop accepting, let in-flight requests finish within
-// shutdown_grace, close clients with 1001 and the upstream with 1000.
+// gracefully (shutdownClients): stop accepting, let in-flight requests finish
+// within shutdown_grace (the rest get -32002), close clients with 1001 and
+// the upstream with 1000. It returns an error only for a real failure, such
+// as a listener that failed or would not close.
 //
 // exposed names the options given as flags whose values may be secrets;
 // serve warns that they are visible in the process list.
