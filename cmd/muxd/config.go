@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -100,13 +101,26 @@ func defaults() Config {
 	}
 }
 
+// secretOptions are the options whose values may be secrets: errors about
+// them never quote the value (see secrets.go).
+var secretOptions = map[string]string{
+	"upstream":         "want a string, the ws:// or wss:// URL of the node",
+	"upstream_headers": `want a table: a line [upstream_headers], then Name = "value" lines`,
+}
+
 // loadFile reads a TOML file over cfg. Unknown keys are errors: a typo must
 // not silently leave a default in force. Every bad option is reported, not
 // just the first; options that fail to decode keep their previous value.
+// Errors give positions and key names, never text of the file, which may
+// hold secrets.
 func loadFile(cfg *Config, file string) error {
 	var raw map[string]toml.Primitive
 	md, err := toml.DecodeFile(file, &raw)
 	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return tomlSyntaxError(file, err)
+		}
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	fields := map[string]reflect.Value{}
@@ -121,10 +135,21 @@ func loadFile(cfg *Config, file string) error {
 		}
 		f, ok := fields[k[0]]
 		if !ok {
-			errs = multierror.Append(errs, fmt.Errorf("%s: unknown option %q", file, k.String()))
+			errs = multierror.Append(errs, fmt.Errorf("%s: unknown option %s", file, shownKey(k[0])))
 			continue
 		}
-		if err := md.PrimitiveDecode(raw[k[0]], f.Addr().Interface()); err != nil {
+		// The decoder leaves a map alone, without an error, when the
+		// file gives it a string or an array.
+		wrongType := f.Kind() == reflect.Map && md.Type(k[0]) != "Hash"
+		if !wrongType {
+			err = md.PrimitiveDecode(raw[k[0]], f.Addr().Interface())
+		}
+		switch want, secret := secretOptions[k[0]]; {
+		case (wrongType || err != nil) && secret:
+			errs = multierror.Append(errs, fmt.Errorf("%s: %s: %s (value not shown)", file, k[0], want))
+		case wrongType:
+			errs = multierror.Append(errs, fmt.Errorf("%s: %s: want a table", file, k[0]))
+		case err != nil:
 			errs = multierror.Append(errs, fmt.Errorf("%s: %s: %w", file, k[0], err))
 		}
 	}
@@ -132,18 +157,31 @@ func loadFile(cfg *Config, file string) error {
 }
 
 // problems lists every problem with c, nil when there is none.
-func (c *Config) problems() *multierror.Error {
+// upstreamFrom says where c.Upstream came from ("--upstream",
+// "MUXD_UPSTREAM", the file's name), for errors about it.
+func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	var errs *multierror.Error
 	add := func(format string, args ...any) { errs = multierror.Append(errs, fmt.Errorf(format, args...)) }
 	if c.Upstream == "" {
 		add("upstream: not set (use --upstream, the config file, or MUXD_UPSTREAM)")
-	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		add("upstream: must be a ws:// or wss:// URL, got %s", reconnect.Redact(c.Upstream))
+	} else if p := urlProblem(c.Upstream); p != "" {
+		add("upstream (from %s): not a URL: %s (the URL is not shown: it may hold credentials)", upstreamFrom, p)
+	} else if u, _ := url.Parse(c.Upstream); u.Host == "" {
+		add("upstream (from %s): must be a ws:// or wss:// URL with a host, as in wss://node.example/KEY (the value is not shown: it may hold credentials)", upstreamFrom)
+	} else if u.Scheme != "ws" && u.Scheme != "wss" {
+		add("upstream (from %s): must be a ws:// or wss:// URL, got %s", upstreamFrom, reconnect.Redact(c.Upstream))
 	}
-	for name, v := range c.UpstreamHeaders {
-		if name == "" || strings.ContainsAny(name, " :\r\n") || strings.ContainsAny(v, "\r\n") {
-			add("upstream_headers: bad header %q", name)
+	badNames := 0
+	for _, name := range slices.Sorted(maps.Keys(c.UpstreamHeaders)) {
+		switch {
+		case !validHeaderName(name):
+			badNames++
+		case !validHeaderValue(c.UpstreamHeaders[name]):
+			add("upstream_headers: %q: the value holds a control character such as CR or LF (value not shown)", name)
 		}
+	}
+	if badNames > 0 {
+		add("upstream_headers: %d header name(s) not valid: a name is letters, digits and -, without spaces or colons (not shown)", badNames)
 	}
 	if c.Listen == "" && c.IPC == "" {
 		add("listen, ipc: at least one must be set")

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -104,7 +107,7 @@ func setField(f reflect.Value, vals []string) error {
 	case Duration:
 		d, err := time.ParseDuration(last)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s is not a duration like 30s", shownValue(last))
 		}
 		f.Set(reflect.ValueOf(Duration{d}))
 	case string:
@@ -112,7 +115,7 @@ func setField(f reflect.Value, vals []string) error {
 	case int, int64:
 		n, err := strconv.ParseInt(last, 10, 64)
 		if err != nil {
-			return fmt.Errorf("%q is not a whole number", last)
+			return fmt.Errorf("%s is not a whole number", shownValue(last))
 		}
 		f.SetInt(n)
 	case []string:
@@ -133,7 +136,7 @@ func setField(f reflect.Value, vals []string) error {
 		for _, v := range vals {
 			name, value, ok := strings.Cut(v, ":")
 			if !ok {
-				return fmt.Errorf("%q is not \"Name: value\"", v)
+				return errMalformedHeader(v)
 			}
 			m[strings.TrimSpace(name)] = strings.TrimSpace(value)
 		}
@@ -142,4 +145,72 @@ func setField(f reflect.Value, vals []string) error {
 		return fmt.Errorf("unsupported option type %s", f.Type())
 	}
 	return nil
+}
+
+// parseFlags parses args with fs. The usage goes to stderr for -h and for
+// a bad flag; the error returned quotes nothing typed except a plain flag
+// name, since the flag package's own errors ("bad flag syntax: …",
+// "invalid value … for flag …") print what may be a secret.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	show := fs.Usage
+	fs.Usage = func() {
+		fs.SetOutput(stderr)
+		show()
+		fs.SetOutput(io.Discard)
+	}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return flagError(err)
+}
+
+// flagValueError matches the flag package's errors for a value its flag
+// refused; the name is a defined flag's.
+var flagValueError = regexp.MustCompile(`^invalid (?:boolean )?value .* for (?:flag )?-([A-Za-z0-9_-]+): `)
+
+// flagError restates an error of the flag package without the text typed.
+func flagError(err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		if plainWord.MatchString(name) {
+			return fmt.Errorf("unknown flag -%s", name)
+		}
+		return errors.New("unknown flag (not shown)")
+	}
+	if strings.HasPrefix(msg, "flag needs an argument: -") {
+		return err // the name is a defined flag's
+	}
+	if m := flagValueError.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("-%s: bad value (not shown)", m[1])
+	}
+	return errors.New("bad command-line syntax (the argument is not shown)")
+}
+
+// shownValue returns a flag value quoted for an error when it is short and
+// plain (a number, a duration, a word), else a placeholder: a value that
+// looks like a URL or a key may be a secret given to the wrong flag.
+func shownValue(v string) string {
+	if plainValue.MatchString(v) {
+		return fmt.Sprintf("%q", v)
+	}
+	return "a value (not shown)"
+}
+
+var plainValue = regexp.MustCompile(`^[A-Za-z0-9._+-]{0,32}$`)
+
+// exposedSecrets lists the options given as flags whose values may be
+// secrets: an upstream URL with userinfo, a path or a query, and
+// upstream_headers. Other local users can read them in the process list.
+func (fv *flagValues) exposedSecrets() []string {
+	var names []string
+	if v := fv.vals["upstream"]; len(v) > 0 && urlHasSecrets(v[len(v)-1]) {
+		names = append(names, "--upstream")
+	}
+	if len(fv.vals["upstream_headers"]) > 0 {
+		names = append(names, "--upstream-headers")
+	}
+	return names
 }

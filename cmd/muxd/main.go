@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "muxd", versionString())
 		return 0
 	case "check":
-		cfg, err := loadConfig(args, stderr)
+		cfg, _, err := loadConfig(args, stderr)
 		if err != nil {
 			return reportConfigError(err, stderr)
 		}
@@ -53,17 +53,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "probe":
 		return runProbe(ctx, args, stdout, stderr)
 	case "serve":
-		cfg, err := loadConfig(args, stderr)
+		cfg, exposed, err := loadConfig(args, stderr)
 		if err != nil {
 			return reportConfigError(err, stderr)
 		}
-		if err := serve(ctx, cfg, stderr); err != nil {
+		if err := serve(ctx, cfg, exposed, stderr); err != nil {
 			fmt.Fprintln(stderr, "muxd:", err)
 			return 1
 		}
 		return 0
 	}
-	fmt.Fprintf(stderr, "muxd: unknown command %q (serve, check, probe, version)\n", cmd)
+	// Shown only when it is a plain word: a URL or key put first by
+	// mistake is not echoed.
+	fmt.Fprintf(stderr, "muxd: unknown command %s (serve, check, probe, version)\n", shownWord(cmd))
 	return 2
 }
 
@@ -76,35 +78,44 @@ func reportConfigError(err error, stderr io.Writer) int {
 }
 
 // loadConfig builds the configuration: defaults, then the config file, then
-// MUXD_UPSTREAM, then flags.
-func loadConfig(args []string, stderr io.Writer) (*Config, error) {
+// MUXD_UPSTREAM, then flags. It also returns the options given as flags
+// whose values may be secrets (see flagValues.exposedSecrets).
+func loadConfig(args []string, stderr io.Writer) (*Config, []string, error) {
 	fs, fv, file := newFlagSet("muxd")
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected arguments %q", ErrConfig, fs.Args())
+		// Not quoted: a stray argument is often the rest of a value
+		// with spaces, such as a header's.
+		return nil, nil, fmt.Errorf("%w: %d unexpected argument(s) after the options (not shown; a value with spaces needs quotes, and a command comes first)", ErrConfig, fs.NArg())
 	}
 	// Every problem is reported at once: the file's, the flags' and the
 	// resulting configuration's.
 	cfg := defaults()
 	var errs *multierror.Error
+	upstreamFrom := ""
 	if *file != "" {
 		errs = multierror.Append(errs, loadFile(&cfg, *file))
+		if cfg.Upstream != "" {
+			upstreamFrom = *file
+		}
 	}
 	if v := os.Getenv("MUXD_UPSTREAM"); v != "" {
-		cfg.Upstream = v
+		cfg.Upstream, upstreamFrom = v, "MUXD_UPSTREAM"
+	}
+	if _, ok := fv.vals["upstream"]; ok {
+		upstreamFrom = "--upstream"
 	}
 	errs = multierror.Append(errs, fv.apply(&cfg))
-	errs = multierror.Append(errs, cfg.problems())
+	errs = multierror.Append(errs, cfg.problems(upstreamFrom))
 	if err := errs.ErrorOrNil(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return &cfg, nil
+	return &cfg, fv.exposedSecrets(), nil
 }
 
 func versionString() string {

@@ -70,6 +70,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 			return
 		}
 		defer c.CloseNow()
+		c.SetReadLimit(128 << 20) // requests of several MiB, as muxd forwards them
 		ctx := r.Context()
 		for {
 			_, msg, err := c.Read(ctx)
@@ -175,7 +176,7 @@ log_level = "loud"
 		{"bad flag value", []string{"check", "--upstream", "ws://n:1", "--request-timeout", "x", "--max-batch", "y", "--log-format", "xml"},
 			[]string{"--request-timeout", "--max-batch", "log_format"}},
 		{"unknown flag", []string{"check", "--nope"}, []string{"nope"}},
-		{"stray argument", []string{"check", "--upstream", "ws://n:1", "extra"}, []string{"extra"}},
+		{"stray argument", []string{"check", "--upstream", "ws://n:1", "extra"}, []string{"1 unexpected argument"}},
 		{"unknown command", []string{"frobnicate"}, []string{`unknown command "frobnicate"`}},
 		{"not a websocket url", []string{"check", "--upstream", "https://n.example"}, []string{"ws:// or wss://"}},
 		{"batch larger than in-flight", []string{"check", "--upstream", "ws://n:1", "--max-batch", "10", "--max-in-flight", "5"}, []string{"max_batch"}},
@@ -261,7 +262,7 @@ X-Extra = "1"
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("MUXD_UPSTREAM", tt.env)
-			cfg, err := loadConfig(tt.args, io.Discard)
+			cfg, _, err := loadConfig(tt.args, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,11 +316,11 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("MUXD_UPSTREAM", "")
-	if _, err := loadConfig([]string{"--config", example}, io.Discard); err == nil || !strings.Contains(err.Error(), "upstream: not set") {
+	if _, _, err := loadConfig([]string{"--config", example}, io.Discard); err == nil || !strings.Contains(err.Error(), "upstream: not set") {
 		t.Fatalf("example without upstream: %v", err)
 	}
 	t.Setenv("MUXD_UPSTREAM", "ws://127.0.0.1:8546")
-	cfg, err := loadConfig([]string{"--config", example}, io.Discard)
+	cfg, _, err := loadConfig([]string{"--config", example}, io.Discard)
 	if err != nil {
 		t.Fatalf("example config does not validate: %v", err)
 	}
@@ -341,7 +342,7 @@ func TestExampleConfig(t *testing.T) {
 	// its headers are examples, not defaults).
 	uncommented := exampleOption.ReplaceAllString(string(data), "$1 = $2")
 	f := writeFile(t, "uncommented.toml", uncommented)
-	got, err := loadConfig([]string{"--config", f}, io.Discard)
+	got, _, err := loadConfig([]string{"--config", f}, io.Discard)
 	if err != nil {
 		t.Fatalf("uncommented example: %v", err)
 	}

@@ -92,7 +92,6 @@ type exchanger interface {
 
 func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("muxd probe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	count := fs.Int("count", 1, "rounds to run")
 	timeout := fs.Duration("timeout", 10*time.Second, "deadline for each round")
@@ -105,10 +104,11 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		target, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintln(stderr, "muxd probe:", err) // after the usage
 		return 2
 	}
 	if target == "" && fs.NArg() == 1 {
@@ -173,7 +173,8 @@ func dialProbe(ctx context.Context, target string) (exchanger, error) {
 		go w.readLoop()
 		return w, nil
 	}
-	return nil, fmt.Errorf("probe: URL scheme must be http, https, ws or wss, got %q", u.Scheme)
+	// The scheme is not shown: "user:password@host" parses as one.
+	return nil, errors.New("probe: the URL's scheme must be http, https, ws or wss (not shown)")
 }
 
 // probe runs one round against target.
@@ -333,7 +334,7 @@ type httpExchanger struct{ url string }
 func (h *httpExchanger) exchange(ctx context.Context, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("probe: %w", err)
+		return nil, fmt.Errorf("probe: %s", reconnect.Scrubber(h.url).Replace(err.Error()))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

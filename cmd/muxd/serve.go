@@ -120,10 +120,19 @@ func chgrp(path, group string) error {
 }
 
 // serve runs muxd until ctx is done (SIGINT/SIGTERM), then shuts down
-// gracefully: stop accepting, let in-flight requests finish within
-// shutdown_grace, close clients with 1001 and the upstream with 1000.
-func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
+// gracefully (shutdownClients): stop accepting, let in-flight requests finish
+// within shutdown_grace (the rest get -32002), close clients with 1001 and
+// the upstream with 1000. It returns an error only for a real failure, such
+// as a listener that failed or would not close.
+//
+// exposed names the options given as flags whose values may be secrets;
+// serve warns that they are visible in the process list.
+func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer) error {
 	log := newLogger(cfg, logOut)
+	if len(exposed) > 0 {
+		log.Warn("secrets given as flags can be read by every local user in the process list (/proc/PID/cmdline): "+
+			"set the upstream URL in MUXD_UPSTREAM and headers in the config file (mode 0600) instead", "flags", exposed)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := mux.New(mux.Config{
@@ -157,6 +166,9 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if onListenersOpened != nil {
+		onListenersOpened(ls)
+	}
 
 	runCtx, stopRun := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -167,6 +179,7 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 	}()
 
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	httpConns := trackHTTP(httpSrv)
 	var metricsSrv *http.Server
 	serveErr := make(chan error, 3)
 	if ls.ws != nil {
@@ -199,26 +212,10 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	stopWatchdog()
 
-	var errs *multierror.Error
+	errs := shutdownClients(log, cfg.ShutdownGrace.Duration, srv, httpSrv, httpConns, ls.ipc)
 	errs = multierror.Append(errs, runErr)
-	grace, cancelGrace := context.WithTimeout(context.Background(), cfg.ShutdownGrace.Duration)
-	defer cancelGrace()
-	var sw sync.WaitGroup
-	var mu sync.Mutex
-	collect := func(err error) {
-		mu.Lock()
-		errs = multierror.Append(errs, err)
-		mu.Unlock()
-	}
-	sw.Add(2)
-	go func() { defer sw.Done(); collect(ignoreClosed(httpSrv.Shutdown(grace))) }()
-	go func() { defer sw.Done(); collect(srv.Shutdown(grace)) }()
-	if ls.ipc != nil {
-		collect(ignoreClosed(ls.ipc.Close()))
-	}
-	sw.Wait()
 	if metricsSrv != nil {
-		collect(ignoreClosed(metricsSrv.Close()))
+		errs = multierror.Append(errs, ignoreClosed(metricsSrv.Close()))
 	}
 	stopRun()
 	wg.Wait()
@@ -237,6 +234,11 @@ func serve(ctx context.Context, cfg *Config, logOut io.Writer) error {
 // onListening, when set (by tests), is called once serve has bound its
 // listeners, with their addresses (nil for one not in use).
 var onListening func(ws, ipc, metrics net.Addr)
+
+// onListenersOpened, when set (by tests), is called with the listeners as
+// soon as they are open, before anything serves on them; it may replace
+// them.
+var onListenersOpened func(*listeners)
 
 func addrOf(l net.Listener) net.Addr {
 	if l == nil {

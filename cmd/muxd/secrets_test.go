@@ -1,0 +1,162 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// secret marks the secret in every input of TestNoSecretInErrors;
+// secretWord is one of letters only, which parsers quote whole where they
+// stop at a digit.
+const (
+	secret     = "s3cr3tXYZZY"
+	secretWord = "sekretxyzzy"
+)
+
+// TestNoSecretInErrors: for a bad input holding a secret (an upstream URL's
+// credentials, path or query, a header value, text of a config file),
+// neither stdout nor stderr shows it, and the error still names the option
+// at fault.
+func TestNoSecretInErrors(t *testing.T) {
+	file := func(name, content string) string { return writeFile(t, name, content) }
+	tests := []struct {
+		name string
+		env  string // MUXD_UPSTREAM
+		args []string
+		code int
+		want []string // each must appear in stderr
+	}{
+		// Header flags.
+		{name: "header flag with = for :", args: []string{"check", "--upstream", "ws://n:1", "--upstream-headers", "Authorization=Bearer " + secret},
+			code: 2, want: []string{"--upstream-headers", `"Authorization=…"`, `"Name: value"`}},
+		{name: "header flag that is a bare value", args: []string{"check", "--upstream", "ws://n:1", "--upstream-headers", secret},
+			code: 2, want: []string{"--upstream-headers", `"Name: value"`}},
+		{name: "header flag that is base64", args: []string{"check", "--upstream", "ws://n:1", "--upstream-headers", secret + "=="},
+			code: 2, want: []string{"--upstream-headers"}},
+		{name: "header flag value with CR LF", args: []string{"check", "--upstream", "ws://n:1", "--upstream-headers", "Authorization: Bearer " + secret + "\r\nX-Evil: 1"},
+			code: 2, want: []string{`upstream_headers: "Authorization"`, "CR or LF"}},
+		{name: "header flag name with CR LF", args: []string{"check", "--upstream", "ws://n:1", "--upstream-headers", "X-Key\r\n" + secret + ": v"},
+			code: 2, want: []string{"upstream_headers: 1 header name"}},
+		{name: "header flag name with a space", args: []string{"check", "--upstream", "ws://n:1", "--upstream-headers", "Bearer " + secret + ": v"},
+			code: 2, want: []string{"upstream_headers: 1 header name"}},
+		{name: "header value split by the shell", args: []string{"check", "--upstream", "ws://n:1", "--upstream-headers", "Authorization:", "Bearer", secret},
+			code: 2, want: []string{"2 unexpected argument"}},
+
+		// The upstream URL, from a flag, the environment or a file.
+		{name: "url with credentials and a bad port", args: []string{"check", "--upstream", "wss://user:" + secret + "@node.example:badport/" + secret + "?key=" + secret},
+			code: 2, want: []string{"upstream (from --upstream)", "port"}},
+		{name: "url whose password parses as a port", args: []string{"check", "--upstream", "wss://user:" + secret + "/x@node.example/"},
+			code: 2, want: []string{"upstream (from --upstream)", "port"}},
+		{name: "url with a bad escape", args: []string{"check", "--upstream", "wss://node.example/%" + secret},
+			code: 2, want: []string{"upstream (from --upstream)", "escape"}},
+		{name: "url with a control character", args: []string{"check", "--upstream", "wss://node.example/" + secret + "\n"},
+			code: 2, want: []string{"upstream (from --upstream)", "control character"}},
+		{name: "url of the wrong scheme", args: []string{"check", "--upstream", "https://user:" + secret + "@node.example/" + secret + "?key=" + secret},
+			code: 2, want: []string{"upstream (from --upstream)", "ws:// or wss://", "https://node.example/…"}},
+		{name: "url without a host", args: []string{"check", "--upstream", secret + "@node.example"},
+			code: 2, want: []string{"upstream (from --upstream)", "with a host"}},
+		{name: "MUXD_UPSTREAM with a bad port", env: "wss://user:" + secret + "@node.example:x/" + secret, args: []string{"check"},
+			code: 2, want: []string{"upstream (from MUXD_UPSTREAM)", "port"}},
+		{name: "MUXD_UPSTREAM without a scheme", env: "node.example/" + secret, args: []string{"check"},
+			code: 2, want: []string{"upstream (from MUXD_UPSTREAM)"}},
+		{name: "upstream in a file", args: []string{"check", "--config", file("up.toml", `upstream = "wss://u:`+secret+`@n:x/"`)},
+			code: 2, want: []string{"upstream (from ", "up.toml)"}},
+
+		// Config files.
+		{name: "toml: unquoted header value", args: []string{"check", "--upstream", "ws://n:1", "--config", file("h.toml", "[upstream_headers]\nAuthorization = Bearer "+secret+"\n")},
+			code: 2, want: []string{"h.toml", "line 2", `"upstream_headers.Authorization"`, "strings need quotes"}},
+		{name: "toml: unquoted key", args: []string{"check", "--upstream", "ws://n:1", "--config", file("q.toml", "[upstream_headers]\nX-Api-Key = "+secretWord+"\n")},
+			code: 2, want: []string{"q.toml", "line 2", `"upstream_headers.X-Api-Key"`, "strings need quotes"}},
+		{name: "toml: unclosed string", args: []string{"check", "--config", file("s.toml", "upstream = \"wss://node.example/"+secret+"\n")},
+			code: 2, want: []string{"s.toml", "line 1", `"upstream"`}},
+		{name: "toml: text after a value", args: []string{"check", "--config", file("t.toml", "upstream = 'ws://n:1' "+secret+"\n")},
+			code: 2, want: []string{"t.toml", "line 1"}},
+		{name: "toml: bare word", args: []string{"check", "--config", file("w.toml", "[upstream_headers]\n"+secret+"\n")},
+			code: 2, want: []string{"w.toml", "line 2"}},
+		{name: "toml: key defined twice", args: []string{"check", "--config", file("d.toml", "[upstream_headers]\n\"Bearer "+secret+"\" = 1\n\"Bearer "+secret+"\" = 2\n")},
+			code: 2, want: []string{"d.toml", "line 3", "defined twice"}},
+		{name: "toml: headers as a string", args: []string{"check", "--upstream", "ws://n:1", "--config", file("hs.toml", `upstream_headers = "Authorization: Bearer `+secret+`"`)},
+			code: 2, want: []string{"hs.toml", "upstream_headers: want a table"}},
+		{name: "toml: header value not a string", args: []string{"check", "--upstream", "ws://n:1", "--config", file("ha.toml", "[upstream_headers]\nAuthorization = [\"Bearer "+secret+"\"]\n")},
+			code: 2, want: []string{"ha.toml", "upstream_headers: want a table"}},
+		{name: "toml: header value with CR LF", args: []string{"check", "--upstream", "ws://n:1", "--config", file("hc.toml", "[upstream_headers]\nAuthorization = \"Bearer "+secret+"\\r\\nX: y\"\n")},
+			code: 2, want: []string{`upstream_headers: "Authorization"`}},
+		{name: "toml: header name not a token", args: []string{"check", "--upstream", "ws://n:1", "--config", file("hn.toml", "[upstream_headers]\n\"Bearer "+secret+"\" = \"x\"\n")},
+			code: 2, want: []string{"upstream_headers: 1 header name"}},
+		{name: "toml: upstream not a string", args: []string{"check", "--config", file("un.toml", "upstream = [\"wss://node.example/"+secret+"\"]\n")},
+			code: 2, want: []string{"un.toml", "upstream: want a string"}},
+		{name: "toml: unknown quoted key", args: []string{"check", "--upstream", "ws://n:1", "--config", file("k.toml", "\"wss://node.example/"+secret+"\" = 1\n")},
+			code: 2, want: []string{"k.toml", "unknown option"}},
+
+		// The command line itself.
+		{name: "url as the command", args: []string{"wss://node.example/" + secret}, code: 2, want: []string{"unknown command"}},
+		{name: "bad flag syntax", args: []string{"check", "---upstream=wss://node.example/" + secret}, code: 2, want: []string{"syntax"}},
+		{name: "unknown flag with a value", args: []string{"check", "--upstreams=wss://node.example/" + secret}, code: 2, want: []string{"unknown flag -upstreams"}},
+		{name: "url given to a number flag", args: []string{"check", "--upstream", "ws://n:1", "--max-clients", "wss://node.example/" + secret}, code: 2, want: []string{"--max-clients", "whole number"}},
+		{name: "url given to a duration flag", args: []string{"check", "--upstream", "ws://n:1", "--request-timeout", "wss://node.example/" + secret}, code: 2, want: []string{"--request-timeout", "duration"}},
+		{name: "serve reports the same", args: []string{"serve", "--upstream", "wss://user:" + secret + "@node.example:badport/", "--upstream-headers", "Authorization=" + secret},
+			code: 2, want: []string{"upstream (from --upstream)", "--upstream-headers"}},
+
+		// muxd probe.
+		{name: "probe: url given to --count", args: []string{"probe", "--count", "wss://node.example/" + secret, "ws://127.0.0.1:1"}, code: 2, want: []string{"-count"}},
+		{name: "probe: credentials parsed as a scheme", args: []string{"probe", "user" + secret + ":pw@node.example"}, code: 1, want: []string{"scheme"}},
+		{name: "probe: bad url", args: []string{"probe", "wss://user:" + secret + "@node.example:x/" + secret}, code: 1, want: []string{"bad URL"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("MUXD_UPSTREAM", tt.env)
+			code, stdout, stderr := runCmd(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d", code, tt.code)
+			}
+			if strings.Contains(stdout+stderr, secret) || strings.Contains(stdout+stderr, secretWord) {
+				t.Errorf("the secret is shown:\nstdout: %s\nstderr: %s", stdout, stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}
+
+// TestSecretFlagsWarning: serve warns, once and without the value, when an
+// upstream URL with a key or an upstream header is given on the command
+// line, where every local user can read it; not otherwise.
+func TestSecretFlagsWarning(t *testing.T) {
+	tests := []struct {
+		name string
+		env  string
+		args []string
+		want string // "" when no warning is due
+	}{
+		{"url with a key in the path", "", []string{"--upstream", "ws://127.0.0.1:1/" + secret}, "flags=[--upstream]"},
+		{"url with credentials", "", []string{"--upstream", "ws://user:" + secret + "@127.0.0.1:1"}, "flags=[--upstream]"},
+		{"header flag", "", []string{"--upstream", "ws://127.0.0.1:1", "--upstream-headers", "X-Api-Key: " + secret}, "flags=[--upstream-headers]"},
+		{"both", "", []string{"--upstream", "ws://127.0.0.1:1/?key=" + secret, "--upstream-headers", "X-Api-Key: " + secret}, "flags=\"[--upstream --upstream-headers]\""},
+		{"plain url flag", "", []string{"--upstream", "ws://127.0.0.1:1"}, ""},
+		{"key in MUXD_UPSTREAM", "ws://127.0.0.1:1/" + secret, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("MUXD_UPSTREAM", tt.env)
+			_, stderr, cancel, exit := startServe(t, append(tt.args, "--listen", "127.0.0.1:0")...)
+			cancel()
+			if code := waitExit(t, exit, stderr); code != 0 {
+				t.Fatalf("exit %d:\n%s", code, stderr)
+			}
+			log := stderr.String()
+			if strings.Contains(log, secret) {
+				t.Fatalf("the secret is in the log:\n%s", log)
+			}
+			warned := strings.Count(log, "process list")
+			switch {
+			case tt.want == "" && warned != 0:
+				t.Fatalf("warned with nothing secret on the command line:\n%s", log)
+			case tt.want != "" && (warned != 1 || !strings.Contains(log, tt.want)):
+				t.Fatalf("want one warning naming %s:\n%s", tt.want, log)
+			}
+		})
+	}
+}
