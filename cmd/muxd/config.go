@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path"
 	"reflect"
 	"slices"
 	"strconv"
@@ -63,6 +62,8 @@ type Config struct {
 	RetryMethods       []string          `toml:"retry_methods"`
 	MaxClients         int               `toml:"max_clients"`
 	MaxInFlight        int               `toml:"max_in_flight"`
+	MaxHeldBytes       int               `toml:"max_held_bytes"`
+	UpstreamMaxBatch   int               `toml:"upstream_max_batch"`
 	MaxBatch           int               `toml:"max_batch"`
 	MaxMessageBytes    int64             `toml:"max_message_bytes"`
 	MaxSubscriptions   int               `toml:"max_subscriptions"`
@@ -92,6 +93,8 @@ func defaults() Config {
 		RetryMethods:       slices.Clone(mux.DefaultRetryMethods),
 		MaxClients:         mux.DefaultMaxClients,
 		MaxInFlight:        mux.DefaultMaxInFlight,
+		MaxHeldBytes:       mux.DefaultMaxHeldBytes,
+		UpstreamMaxBatch:   mux.DefaultUpstreamMaxBatch,
 		MaxBatch:           mux.DefaultMaxBatch,
 		MaxMessageBytes:    mux.DefaultMaxMessageBytes,
 		MaxSubscriptions:   mux.DefaultMaxSubscriptions,
@@ -231,8 +234,8 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 		add("log_format: %q is not text or json", c.LogFormat)
 	}
 	for _, p := range c.DenyMethods {
-		if _, err := path.Match(p, ""); err != nil {
-			add("deny_methods: bad pattern %q: %v", p, err)
+		if err := mux.CheckDenyPattern(p); err != nil {
+			add("deny_methods: %v", err)
 		}
 	}
 	for _, n := range []struct {
@@ -243,7 +246,8 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 		{"max_in_flight", int64(c.MaxInFlight)}, {"max_batch", int64(c.MaxBatch)},
 		{"max_message_bytes", c.MaxMessageBytes}, {"max_subscriptions", int64(c.MaxSubscriptions)},
 		{"outbound_queue_bytes", int64(c.OutboundQueueBytes)}, {"http_body_bytes", c.HTTPBodyBytes},
-		{"max_waiting", int64(c.MaxWaiting)},
+		{"max_waiting", int64(c.MaxWaiting)}, {"max_held_bytes", int64(c.MaxHeldBytes)},
+		{"upstream_max_batch", int64(c.UpstreamMaxBatch)},
 	} {
 		if n.v <= 0 {
 			add("%s: must be positive, got %d", n.name, n.v)

@@ -148,6 +148,8 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 		DenyMethods:        cfg.DenyMethods,
 		MaxBatch:           cfg.MaxBatch,
 		MaxInFlight:        cfg.MaxInFlight,
+		MaxHeldBytes:       cfg.MaxHeldBytes,
+		UpstreamMaxBatch:   cfg.UpstreamMaxBatch,
 		MaxMessageBytes:    cfg.MaxMessageBytes,
 		OutboundQueueBytes: cfg.OutboundQueueBytes,
 		MaxSubscriptions:   cfg.MaxSubscriptions,
