@@ -61,11 +61,16 @@ func (c *Client) ID() router.ClientID { return c.id }
 // send queues msg for the client. A client whose queue overflows is a slow
 // consumer: it is disconnected (close 1008) rather than allowed to make
 // anyone wait or to lose a message silently.
-func (c *Client) send(msg []byte) {
+func (c *Client) send(msg []byte) { c.sendLent(msg, nil) }
+
+// sendLent is send for a message that lies in buf, an upstream frame buffer
+// lent to this client (nil: msg is the client's own). The writer gives buf
+// back to the pool once msg is written.
+func (c *Client) sendLent(msg, buf []byte) {
 	if c == nil || len(msg) == 0 {
 		return
 	}
-	if !c.out.push(msg) {
+	if !c.out.pushLent(msg, buf) {
 		c.slowConsumer()
 		return
 	}
@@ -144,11 +149,11 @@ func (c *Client) kickWriter() {
 // at the moment it looks is written in one call, so transports that can
 // coalesce do.
 func (c *Client) writeLoop() {
-	var batch [][]byte
+	var batch, lent [][]byte
 	linger := time.NewTimer(writerLinger)
 	defer linger.Stop()
 	for {
-		batch = c.out.take(batch)
+		batch, lent = c.out.takeLent(batch, lent)
 		if len(batch) == 0 {
 			if done, code, reason := c.finished(); done {
 				c.shut(code, reason)
@@ -186,6 +191,12 @@ func (c *Client) writeLoop() {
 		}
 		c.out.done(n)
 		clear(batch)
+		for _, b := range lent {
+			if b != nil {
+				c.srv.frames.put(b)
+			}
+		}
+		clear(lent)
 	}
 }
 

@@ -16,7 +16,10 @@
 //     request in the pending table.
 //   - upstream.go owns the shared connection: exactly one goroutine reads it
 //     and routes every message in arrival order, restoring the client's id;
-//     when the connection is lost its pending table is discarded whole.
+//     when the connection is lost its pending table is discarded whole. A
+//     large answer is routed by its head and handed to its client in the
+//     buffer it was read into, its id spliced in place; the buffer comes
+//     back to a pool (buffers.go) once written.
 //   - timeouts.go answers requests whose deadline passed.
 //   - subscriptions.go is the second routing layer (eth_subscribe).
 //

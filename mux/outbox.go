@@ -14,8 +14,12 @@ import "sync"
 // the bound fails and the client is to be disconnected. Nothing is ever
 // dropped silently.
 type outbox struct {
-	mu     sync.Mutex
-	msgs   [][]byte
+	mu   sync.Mutex
+	msgs [][]byte
+	// lent[i] is the upstream frame buffer msgs[i] lies in, for the
+	// writer to give back to the pool once msgs[i] is written; nil for
+	// a message of its own (most). Dropped with msgs otherwise.
+	lent   [][]byte
 	bytes  int
 	limit  int
 	closed bool
@@ -28,7 +32,11 @@ func newOutbox(limit int) *outbox {
 
 // push queues msg. It reports false when the queue is closed or over its
 // bound; the queue is then closed.
-func (q *outbox) push(msg []byte) bool {
+func (q *outbox) push(msg []byte) bool { return q.pushLent(msg, nil) }
+
+// pushLent is push for a message that lies in buf, a frame buffer lent by
+// the upstream reader (buf is nil for a message of its own).
+func (q *outbox) pushLent(msg, buf []byte) bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -36,12 +44,19 @@ func (q *outbox) push(msg []byte) bool {
 	}
 	if q.bytes > 0 && q.bytes+len(msg) > q.limit {
 		q.closed = true
-		q.msgs = nil
+		q.msgs, q.lent = nil, nil
 		q.bytes = 0
 		q.mu.Unlock()
 		return false
 	}
 	q.msgs = append(q.msgs, msg)
+	if buf != nil || q.lent != nil {
+		// lent is kept as long as msgs only while a lent buffer is queued
+		for len(q.lent) < len(q.msgs)-1 {
+			q.lent = append(q.lent, nil)
+		}
+		q.lent = append(q.lent, buf)
+	}
 	q.bytes += len(msg)
 	q.mu.Unlock()
 	select {
@@ -53,15 +68,32 @@ func (q *outbox) push(msg []byte) bool {
 
 // take moves everything queued into dst (reused) and returns it. The bytes
 // stay counted until done is called, so that a writer stuck on a client that
-// does not read still holds its share of the bound.
+// does not read still holds its share of the bound. The buffers lent with
+// the messages are let go (the garbage collector takes them).
 func (q *outbox) take(dst [][]byte) [][]byte {
+	dst, _ = q.takeLent(dst, nil)
+	return dst
+}
+
+// takeLent is take that also returns, in lent (reused), the lent buffer of
+// each message taken (nil for most); lent is empty when none is.
+func (q *outbox) takeLent(dst, lent [][]byte) ([][]byte, [][]byte) {
 	q.mu.Lock()
 	dst = append(dst[:0], q.msgs...)
 	clear(q.msgs)
 	q.msgs = q.msgs[:0]
+	lent = append(lent[:0], q.lent...)
+	clear(q.lent)
+	q.lent = q.lent[:0]
+	if cap(q.lent) > maxKeptLent {
+		q.lent = nil
+	}
 	q.mu.Unlock()
-	return dst
+	return dst, lent
 }
+
+// maxKeptLent bounds the lent list an outbox keeps between takes.
+const maxKeptLent = 64
 
 // done releases n bytes taken by the writer and written.
 func (q *outbox) done(n int) {
@@ -74,7 +106,7 @@ func (q *outbox) done(n int) {
 func (q *outbox) close() {
 	q.mu.Lock()
 	q.closed = true
-	q.msgs = nil
+	q.msgs, q.lent = nil, nil
 	q.mu.Unlock()
 }
 

@@ -41,6 +41,7 @@ type Server struct {
 
 	upChanged chan struct{} // closed and replaced whenever up changes (for waiters)
 	dropLog   dropLimiter
+	frames    framePool // the upstream reader's large frame buffers
 }
 
 // waitingRequest is a request accepted while no upstream was connected, or

@@ -93,41 +93,63 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 	// ends the connection is closed, which ends them.
 	stop := context.AfterFunc(ctx, func() { u.CloseNow() })
 	defer stop()
-	// One buffer for every frame: route copies what it keeps. The size
-	// limit is the connection's read limit (reconnect.WebSocketDialer).
-	var frame []byte
+	// Each frame is read into buf after frameHeadroom bytes (see
+	// framePool). route copies what it keeps, except a large answer that
+	// it lends to its client whole: buf is then the client's, and the
+	// next frame takes another from the pool. The size limit is the
+	// connection's read limit (reconnect.WebSocketDialer).
+	var buf []byte
 	for {
 		_, r, err := u.Reader(context.Background())
 		if err == nil {
-			frame, err = readMessage(frame, r, -1)
+			buf, err = s.frames.readFrame(buf, r)
 		}
 		if err != nil {
 			return fmt.Errorf("read upstream: %w", err)
 		}
 		s.metrics.UpstreamFramesIn.Inc()
-		s.route(u, frame)
-		frame = reuse(frame, maxKeptUpstreamBuf)
+		switch {
+		case s.route(u, buf):
+			buf = nil
+		case cap(buf) > maxKeptUpstreamBuf:
+			s.frames.put(buf)
+			buf = nil
+		}
 	}
 }
 
-// route delivers one upstream frame: responses by id (layer 1), pushes by
-// subscription id (layer 2). Anything else is counted and dropped.
-func (s *Server) route(u *upstreamConn, frame []byte) {
+// route delivers one upstream frame, buf[frameHeadroom:]: responses by id
+// (layer 1), pushes by subscription id (layer 2). Anything else is counted
+// and dropped. It reports whether buf was lent to a client (see
+// routeResponse); otherwise nothing keeps a reference to it.
+func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
+	frame := buf[frameHeadroom:]
+	if len(frame) > inlineSpliceMax {
+		// A large answer is routed by its head: its result is
+		// forwarded unscanned (router.ScanResponseHead).
+		if m, ok := router.ScanResponseHead(frame); ok {
+			return s.routeResponse(u, buf, &m, true, false)
+		}
+	}
 	f, err := router.ScanUpstream(frame, u.msgs)
 	if err != nil {
 		s.dropped(DropMalformed, "upstream sent a frame that is not valid JSON", "gen", u.Gen, "bytes", len(frame))
-		return
+		return false
 	}
 	u.msgs = f.Messages
 	if f.Batch && len(f.Messages) > 1 && s.routeWholeBatch(u, frame, f.Messages) {
 		clear(u.msgs)
-		return
+		return false
 	}
+	// Only the one answer of a frame may take the buffer with it.
+	lendable := !f.Batch && len(f.Messages) == 1
 	for i := range f.Messages {
 		m := &f.Messages[i]
 		switch {
 		case m.HasID():
-			s.routeResponse(u, frame, m, f.Batch && len(f.Messages) == 1)
+			if s.routeResponse(u, buf, m, lendable, f.Batch && len(f.Messages) == 1) {
+				lent = true
+			}
 		case m.MethodIs(frame, methodSubscription):
 			s.routePush(u, frame, m)
 		default:
@@ -135,6 +157,7 @@ func (s *Server) route(u *upstreamConn, frame []byte) {
 		}
 	}
 	clear(u.msgs)
+	return lent
 }
 
 // wholeBatchMax is the largest array answer that routeWholeBatch splices
@@ -240,31 +263,37 @@ func (s *Server) wholeBatchLocked(u *upstreamConn, uids []uint64, n int) bool {
 }
 
 // routeResponse is layer 1: the upstream id names the pending request; the
-// client's own id bytes are spliced back in. arrayOfOne says m came alone in
-// an array, which is how a node refuses a whole batch.
-func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message, arrayOfOne bool) {
+// client's own id bytes are spliced back in. buf holds frameHeadroom bytes
+// and the frame m was scanned from. A large answer (blocks, traces) to a
+// single request is not copied when lendable (it is the frame's only
+// message): its id is spliced in place and the client is handed buf itself,
+// which routeResponse then reports (true); the frame must not be read
+// afterwards. arrayOfOne says m came alone in an array, which is how a node
+// refuses a whole batch.
+func (s *Server) routeResponse(u *upstreamConn, buf []byte, m *router.Message, lendable, arrayOfOne bool) bool {
+	frame := buf[frameHeadroom:]
 	elem, idSpan := router.Element(frame, m)
 	raw := idSpan.In(elem)
 	if router.IsNull(raw) {
 		s.dropped(DropNullID, "upstream answered with id null (a protocol error on its side)", "gen", u.Gen)
-		return
+		return false
 	}
 	uid, ok := router.ParseUpstreamID(raw)
 	if !ok {
 		s.dropped(DropUnknownID, "upstream response with an id muxd never sent", "gen", u.Gen)
-		return
+		return false
 	}
 	s.mu.Lock()
 	if s.up != u {
 		s.mu.Unlock()
 		s.dropped(DropUnknownID, "upstream response on a connection that is no longer current", "gen", u.Gen)
-		return
+		return false
 	}
 	p, ok := s.reqs.Take(uid)
 	if !ok {
 		s.mu.Unlock()
 		s.dropped(DropUnknownID, "upstream response matches no pending request", "gen", u.Gen, "id", uid)
-		return
+		return false
 	}
 	var next [][]byte // the batch's next array, when this answer completes one
 	if p.Up != nil {
@@ -280,37 +309,47 @@ func (s *Server) routeResponse(u *upstreamConn, frame []byte, m *router.Message,
 		up := s.up
 		s.mu.Unlock()
 		up.send(out.frames...)
-		return
+		return false
 	}
 	c := s.clients[p.Client]
+	code := responseCode(frame, m)
 	// The request is settled and its answer queued in one hold of the
 	// lock, so that nothing (Shutdown, an IPC close after a parse error)
-	// sees the client idle before the answer is queued. A small answer is
-	// copied under that same hold; a large one (blocks, traces) is copied
-	// without the lock, which is then taken again.
-	if len(elem) <= inlineSpliceMax {
+	// sees the client idle before the answer is queued.
+	if c != nil && lendable && p.Batch == nil && len(elem) > inlineSpliceMax {
+		// The splice moves the few bytes before the id, not the answer.
+		if resp, ok := spliceInPlace(buf, frameHeadroom+m.Start, len(elem), idSpan, p.ID); ok {
+			s.settledLocked(p)
+			s.deliverLentLocked(c, p, resp, buf, code)
+			s.mu.Unlock()
+			return true
+		}
+	}
+	if c == nil || len(elem) <= inlineSpliceMax {
 		s.settledLocked(p)
 		if c != nil {
 			resp := router.AppendSpliced(make([]byte, 0, len(elem)-len(raw)+len(p.ID)), elem, idSpan, p.ID)
-			s.deliverLocked(c, p, resp, responseCode(frame, m))
+			s.deliverLocked(c, p, resp, code)
 		}
 		s.mu.Unlock()
-		return
+		return false
 	}
+	// A large answer that cannot be lent (an element of a batch, or an
+	// id too long for the headroom) is copied without the lock, which is
+	// then taken again.
 	s.mu.Unlock()
 	resp := router.AppendSpliced(make([]byte, 0, len(elem)-len(raw)+len(p.ID)), elem, idSpan, p.ID)
 	s.mu.Lock()
-	if c != nil && s.clients[p.Client] != c {
+	if s.clients[p.Client] != c {
 		// The client left meanwhile; removeClient accounted for this
 		// request with the rest of its in-flight ones.
 		s.mu.Unlock()
-		return
+		return false
 	}
 	s.settledLocked(p)
-	if c != nil {
-		s.deliverLocked(c, p, resp, responseCode(frame, m))
-	}
+	s.deliverLocked(c, p, resp, code)
 	s.mu.Unlock()
+	return false
 }
 
 // arrayAnsweredLocked settles call uid of an upstream array, whose answer m
@@ -346,7 +385,37 @@ func (s *Server) arrayAnsweredLocked(uid uint64, p router.Pending, frame []byte,
 	return next
 }
 
-// inlineSpliceMax is the largest answer whose id is spliced with s.mu held.
+// deliverLentLocked is deliverLocked for an answer that lies in a frame
+// buffer lent to the client (not in a batch): the client's writer gives buf
+// back to the pool once resp is written. Caller holds s.mu.
+func (s *Server) deliverLentLocked(c *Client, p router.Pending, resp, buf []byte, code int) {
+	s.metrics.response(code)
+	if !p.Sent.IsZero() {
+		s.metrics.Latency.Observe(time.Since(p.Sent).Seconds())
+	}
+	c.sendLent(resp, buf)
+}
+
+// spliceInPlace rewrites the message at buf[start:start+n], whose id sits at
+// id (an offset into the message), to carry newID instead, without moving
+// what follows the id: newID is written to end where the old id ended, and
+// the bytes before the id move to just before it, into the headroom when
+// newID is the longer. It returns the spliced message, a subslice of buf,
+// or false when the headroom is too small.
+func spliceInPlace(buf []byte, start, n int, id router.Span, newID []byte) ([]byte, bool) {
+	idEnd := start + id.Off + id.Len
+	newStart := idEnd - len(newID) - id.Off
+	if newStart < 0 {
+		return nil, false
+	}
+	copy(buf[newStart:], buf[start:start+id.Off]) // memmove: they may overlap
+	copy(buf[idEnd-len(newID):], newID)
+	return buf[newStart : start+n : start+n], true
+}
+
+// inlineSpliceMax is the largest answer that is copied for its client (its
+// id spliced into the copy with s.mu held); a larger one is lent where it
+// can be (routeResponse).
 const inlineSpliceMax = 16 << 10
 
 // responseCode reads error.code from a response for the metrics; 0 for a

@@ -30,6 +30,7 @@ func TestSmoke(t *testing.T) {
 	o.Clients, o.Window = 4, 4
 	o.FanoutSizes, o.Pushes = []int{10, 30}, 5
 	o.Idle, o.Settle = 50, 100*time.Millisecond
+	o.LargeSizes, o.LargeClients = []int{20e3, 300e3}, 3
 	if testing.Verbose() {
 		o.Progress = os.Stderr
 	}
@@ -40,8 +41,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clients := map[string]int64{"a": 1, "b": int64(o.Clients), "c": int64(o.Clients), "d10": 10, "d30": 30, "e": int64(o.Idle)}
-	wantKeys := []string{"a.p50", "a.p99", "b.rps", "b.cpu", "c.rps", "c.cpu", "d10.p50", "d10.p99", "d30.p50", "d30.p99", "e.rss"}
+	clients := map[string]int64{"a": 1, "b": int64(o.Clients), "c": int64(o.Clients), "d10": 10, "d30": 30, "e": int64(o.Idle), "g20KB": 3, "g300KB": 3}
+	wantKeys := []string{"a.p50", "a.p99", "b.rps", "b.cpu", "c.rps", "c.cpu", "d10.p50", "d10.p99", "d30.p50", "d30.p99", "e.rss",
+		"g20KB.mbps", "g20KB.cpu", "g20KB.rss", "g300KB.mbps", "g300KB.cpu", "g300KB.rss"}
 	got := map[string]*Row{}
 	for _, r := range rep.Rows {
 		got[r.Key] = r
@@ -53,7 +55,7 @@ func TestSmoke(t *testing.T) {
 			continue
 		}
 		modes := []string{"direct", "relay", "muxd"}
-		if strings.HasSuffix(k, ".cpu") || k == "e.rss" {
+		if strings.HasSuffix(k, ".cpu") || strings.HasSuffix(k, ".rss") {
 			modes = []string{"relay", "muxd"} // no proxy process in direct mode
 			if _, ok := r.Value["direct"]; ok {
 				t.Errorf("%s: direct has a value, but there is no proxy process", k)

@@ -430,3 +430,104 @@ func runIdle(ctx context.Context, e *env, o Options, n int) (float64, error) {
 	}
 	return float64(after-before) / float64(n), nil
 }
+
+// ---- (g) large answers ----------------------------------------------------
+
+// appendLarge appends a bench_large request for an answer of about size
+// bytes.
+func appendLarge(b []byte, id int64, size int) []byte {
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, `,"method":"`+largeMethod+`","params":[`...)
+	b = strconv.AppendInt(b, int64(size), 10)
+	return append(b, "]}"...)
+}
+
+// largeFigures are the figures of one (g) measurement.
+type largeFigures struct {
+	mbps      float64 // answer bytes per second, in MB (10^6)
+	cpuPerGB  float64 // proxy CPU seconds per GB (10^9) of answers
+	peakRSSMB float64 // the proxy's peak RSS (VmHWM), MiB
+}
+
+// runLarge runs o.LargeClients clients with one bench_large request of size
+// outstanding each. Every answer is checked: its own id back and the whole
+// body, by length.
+func runLarge(ctx context.Context, e *env, o Options, size int) (largeFigures, error) {
+	var f largeFigures
+	conns, err := dialMany(ctx, e.target, o.LargeClients, nil)
+	if err != nil {
+		return f, err
+	}
+	defer closeAll(conns)
+	loadCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var bytesIn atomic.Int64
+	var wg sync.WaitGroup
+	var errOnce sync.Once
+	var loadErr error
+	fail := func(err error) {
+		if loadCtx.Err() != nil {
+			return
+		}
+		errOnce.Do(func() { loadErr = err; stop() })
+	}
+	bodyLen := len(largeBody(size)) // built here, not during the measurement
+	for _, c := range conns {
+		wg.Go(func() {
+			var req []byte
+			var buf bytes.Buffer
+			var want []byte
+			for id := int64(1); loadCtx.Err() == nil; id++ {
+				req = appendLarge(req[:0], id, size)
+				if err := c.Write(context.Background(), websocket.MessageText, req); err != nil {
+					fail(err)
+					return
+				}
+				if _, err := readInto(c, &buf); err != nil {
+					fail(err)
+					return
+				}
+				want = strconv.AppendInt(append(want[:0], `{"jsonrpc":"2.0","id":`...), id, 10)
+				got := buf.Bytes()
+				if !bytes.HasPrefix(got, want) || len(got) != len(want)+bodyLen || !bytes.HasPrefix(got[len(want):], []byte(`,"result":[`)) {
+					fail(fmt.Errorf("large: bad answer to id %d: %d bytes, want %d: %.80s", id, len(got), len(want)+bodyLen, got))
+					return
+				}
+				bytesIn.Add(int64(len(got)))
+			}
+		})
+	}
+	select {
+	case <-time.After(o.Warmup):
+	case <-loadCtx.Done():
+	}
+	n0, cpu0, t0 := bytesIn.Load(), e.proxyCPU(), time.Now()
+	select {
+	case <-time.After(o.Duration):
+	case <-loadCtx.Done():
+	}
+	n1, cpu1, t1 := bytesIn.Load(), e.proxyCPU(), time.Now()
+	if e.proxy != nil {
+		hwm, err := e.proxy.peakRSSKiB()
+		if err != nil {
+			return f, err
+		}
+		f.peakRSSMB = float64(hwm) / 1024
+	}
+	stop()
+	closeAll(conns)
+	wg.Wait()
+	if loadErr != nil {
+		return f, loadErr
+	}
+	n := float64(n1 - n0)
+	if n <= 0 {
+		return f, errors.New("large: nothing answered")
+	}
+	f.mbps = n / 1e6 / t1.Sub(t0).Seconds()
+	if e.proxy != nil {
+		f.cpuPerGB = (cpu1 - cpu0).Seconds() / n * 1e9
+	}
+	return f, nil
+}

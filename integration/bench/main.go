@@ -26,6 +26,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,9 +45,13 @@ type Options struct {
 	PushGap     time.Duration
 	Idle        int // (e)
 	Settle      time.Duration
-	Smoke       bool
-	Only        string    // workloads to run, e.g. "b,c" or "d"; "" runs all
-	Progress    io.Writer // nil: quiet
+	// LargeSizes are the answer sizes of (g), in bytes; LargeClients
+	// each keep one request outstanding.
+	LargeSizes   []int
+	LargeClients int
+	Smoke        bool
+	Only         string    // workloads to run, e.g. "b,c" or "d"; "" runs all
+	Progress     io.Writer // nil: quiet
 }
 
 func fullOptions() Options {
@@ -55,6 +60,7 @@ func fullOptions() Options {
 		Clients: 100, Window: 8, Batch: 10,
 		FanoutSizes: []int{1000, 10000}, Pushes: 40, PushGap: 5 * time.Millisecond,
 		Idle: 10000, Settle: time.Second,
+		LargeSizes: []int{1e6, 8e6, 32e6}, LargeClients: 10,
 	}
 }
 
@@ -63,7 +69,8 @@ func smokeOptions() Options {
 		Reps: 1, Duration: time.Second, Warmup: 100 * time.Millisecond,
 		Clients: 10, Window: 8, Batch: 10,
 		FanoutSizes: []int{50, 100}, Pushes: 10, PushGap: time.Millisecond,
-		Idle: 200, Settle: 200 * time.Millisecond, Smoke: true,
+		Idle: 200, Settle: 200 * time.Millisecond,
+		LargeSizes: []int{64e3, 1e6}, LargeClients: 10, Smoke: true,
 	}
 }
 
@@ -103,15 +110,17 @@ type Report struct {
 	GOMAXPROCS  int       `json:"gomaxprocs"`
 	NofileLimit uint64    `json:"nofile_limit"`
 	Options     struct {
-		Reps        int     `json:"reps"`
-		DurationSec float64 `json:"duration_s"`
-		Clients     int     `json:"clients"`
-		Window      int     `json:"window"`
-		Batch       int     `json:"batch"`
-		FanoutSizes []int   `json:"fanout_sizes"`
-		Pushes      int     `json:"pushes"`
-		Idle        int     `json:"idle"`
-		Smoke       bool    `json:"smoke"`
+		Reps         int     `json:"reps"`
+		DurationSec  float64 `json:"duration_s"`
+		Clients      int     `json:"clients"`
+		Window       int     `json:"window"`
+		Batch        int     `json:"batch"`
+		FanoutSizes  []int   `json:"fanout_sizes"`
+		Pushes       int     `json:"pushes"`
+		Idle         int     `json:"idle"`
+		LargeSizes   []int   `json:"large_sizes"`
+		LargeClients int     `json:"large_clients"`
+		Smoke        bool    `json:"smoke"`
 	} `json:"options"`
 	Rows  []*Row   `json:"rows"`
 	Notes []string `json:"notes,omitempty"`
@@ -228,6 +237,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Options.Reps, rep.Options.DurationSec = o.Reps, o.Duration.Seconds()
 	rep.Options.Clients, rep.Options.Window, rep.Options.Batch = o.Clients, o.Window, o.Batch
 	rep.Options.FanoutSizes, rep.Options.Pushes, rep.Options.Idle, rep.Options.Smoke = o.FanoutSizes, o.Pushes, o.Idle, o.Smoke
+	rep.Options.LargeSizes, rep.Options.LargeClients = o.LargeSizes, o.LargeClients
 
 	rows := map[string]*Row{}
 	addRow := func(r *Row) {
@@ -254,6 +264,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		addRow(&Row{Key: w + ".p99", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p99 of %d pushes", n, relayNote(n), k), Unit: "ms", Better: "lower", Goal: t})
 	}
 	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients%s: proxy RSS per client", o.Idle, relayNote(o.Idle)), Unit: "KiB", Better: "lower", Goal: absTarget(24, "KiB")})
+	for i, size := range o.LargeSizes {
+		w := largeWorkload(size)
+		name := fmt.Sprintf("(g) %s answers, %d clients x 1 outstanding", fmtBytes(size), o.LargeClients)
+		var rssGoal *goal
+		if i == len(o.LargeSizes)-1 && !o.Smoke {
+			rssGoal = ratioTarget(1.5, false)
+		}
+		addRow(&Row{Key: w + ".mbps", Workload: w, Name: name + ": throughput", Unit: "MB/s", Better: "higher", Goal: ratioTarget(0.9, true)})
+		addRow(&Row{Key: w + ".cpu", Workload: w, Name: name + ": proxy CPU per GB", Unit: "CPU-s", Better: "lower", Goal: ratioTarget(1.2, false)})
+		addRow(&Row{Key: w + ".rss", Workload: w, Name: name + ": proxy peak RSS", Unit: "MiB", Better: "lower", Goal: rssGoal})
+	}
 
 	ms := []measurement{
 		{"a", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
@@ -280,6 +301,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		v, err := runIdle(ctx, e, o, clientsFor(e.mode, o.Idle))
 		return map[string]float64{"e.rss": v}, err
 	}})
+	for _, size := range o.LargeSizes {
+		w := largeWorkload(size)
+		ms = append(ms, measurement{w, modes, func(ctx context.Context, e *env) (map[string]float64, error) {
+			f, err := runLarge(ctx, e, o, size)
+			return map[string]float64{w + ".mbps": f.mbps, w + ".cpu": f.cpuPerGB, w + ".rss": f.peakRSSMB}, err
+		}})
+	}
 
 	for _, m := range ms {
 		if !o.runs(m.workload) {
@@ -304,7 +332,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					return nil, fmt.Errorf("workload %s, %s, rep %d: %w", m.workload, mode, r+1, err)
 				}
 				for k, v := range figs {
-					if mode == "direct" && strings.HasSuffix(k, ".cpu") {
+					if mode == "direct" && (strings.HasSuffix(k, ".cpu") || strings.HasSuffix(k, ".rss")) {
 						continue // no proxy process
 					}
 					rows[k].Samples[mode] = append(rows[k].Samples[mode], v)
@@ -339,6 +367,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.ElapsedSec = time.Since(start).Seconds()
 	return rep, nil
+}
+
+// largeWorkload names the (g) workload of one answer size: g1MB, g64KB.
+func largeWorkload(size int) string { return "g" + strings.ReplaceAll(fmtBytes(size), " ", "") }
+
+// fmtBytes writes a size in decimal units: 64 KB, 1 MB, 32 MB.
+func fmtBytes(n int) string {
+	switch {
+	case n >= 1e6 && n%1e6 == 0:
+		return fmt.Sprintf("%d MB", n/1e6)
+	case n >= 1e3 && n%1e3 == 0:
+		return fmt.Sprintf("%d KB", n/1e3)
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
 }
 
 func fmtFigs(f map[string]float64) string {
@@ -467,7 +510,8 @@ func main() {
 		replot   = flag.String("replot", "", "run nothing: draw the JSON report in this file (from -out) as the -chart")
 		check    = flag.Bool("check", false, "exit 1 when a target in the table is missed")
 		quiet    = flag.Bool("q", false, "no progress lines on stderr")
-		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e")
+		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e, g (or g1MB, g8MB, g32MB)")
+		large    = flag.String("large", "", "answer sizes of (g) in bytes, comma-separated (default 1e6,8e6,32e6; smoke 64e3,1e6)")
 	)
 	flag.Parse()
 	if *role != "" {
@@ -487,6 +531,17 @@ func main() {
 		o.Progress = os.Stderr
 	}
 	o.Only = *only
+	if *large != "" {
+		o.LargeSizes = nil
+		for _, f := range strings.Split(*large, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || v < 1 || v > 60e6 {
+				fmt.Fprintf(os.Stderr, "bench: -large: %q is not a size in bytes from 1 to 60e6\n", f)
+				os.Exit(2)
+			}
+			o.LargeSizes = append(o.LargeSizes, int(v))
+		}
+	}
 	if *replot != "" {
 		if err := replotChart(*replot, *chart); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

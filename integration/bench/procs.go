@@ -103,20 +103,26 @@ func (c *child) cpu() (time.Duration, error) {
 }
 
 // rssKiB returns VmRSS from /proc/<pid>/status.
-func (c *child) rssKiB() (int64, error) {
+func (c *child) rssKiB() (int64, error) { return c.statusKiB("VmRSS:") }
+
+// peakRSSKiB returns VmHWM, the peak RSS since the child started.
+func (c *child) peakRSSKiB() (int64, error) { return c.statusKiB("VmHWM:") }
+
+// statusKiB returns a figure in kB of /proc/<pid>/status.
+func (c *child) statusKiB(field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(v)
 			if len(f) > 0 {
 				return strconv.ParseInt(f[0], 10, 64)
 			}
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS")
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, c.cmd.Process.Pid)
 }
 
 var ctlClient = &http.Client{Timeout: 30 * time.Second}

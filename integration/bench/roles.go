@@ -119,14 +119,14 @@ type upstreamServer struct {
 }
 
 type upConn struct {
-	out  chan []byte
+	out  chan [][]byte // each is one message, in parts
 	done chan struct{}
 	subs []string // guarded by upstreamServer.mu
 }
 
-func (c *upConn) send(f []byte) {
+func (c *upConn) send(parts ...[]byte) {
 	select {
-	case c.out <- f:
+	case c.out <- parts:
 	case <-c.done:
 	}
 }
@@ -161,7 +161,7 @@ func (u *upstreamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.accepted.Add(1)
 	u.current.Add(1)
 	defer u.current.Add(-1)
-	c := &upConn{out: make(chan []byte, 1024), done: make(chan struct{})}
+	c := &upConn{out: make(chan [][]byte, 1024), done: make(chan struct{})}
 	u.mu.Lock()
 	u.conns[c] = struct{}{}
 	u.mu.Unlock()
@@ -169,8 +169,8 @@ func (u *upstreamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		for {
 			select {
-			case f := <-c.out:
-				if conn.Write(ctx, websocket.MessageText, f) != nil {
+			case parts := <-c.out:
+				if writeParts(ctx, conn, parts) != nil {
 					conn.CloseNow()
 					return
 				}
@@ -191,10 +191,88 @@ func (u *upstreamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
+		if big, ok := largeAnswer(msg); ok {
+			c.send(big...)
+			continue
+		}
 		if resp := u.answer(c, msg); resp != nil {
 			c.send(resp)
 		}
 	}
+}
+
+// writeParts writes one message made of parts: one WebSocket frame when it
+// is a single part, one fragment per part otherwise (a large answer's body
+// is shared between answers and never copied).
+func writeParts(ctx context.Context, conn *websocket.Conn, parts [][]byte) error {
+	if len(parts) == 1 {
+		return conn.Write(ctx, websocket.MessageText, parts[0])
+	}
+	w, err := conn.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+	}
+	return w.Close()
+}
+
+// largeMethod asks the upstream for an answer whose result is about
+// params[0] bytes: an array of eth_getLogs-shaped log objects.
+const largeMethod = "bench_large"
+
+var largeRequestKey = []byte(`"method":"` + largeMethod + `","params":[`)
+
+// largeAnswer answers a bench_large request: the answer's parts, the big
+// body shared by every answer of that size. Requests are written by
+// appendLarge, so a fixed shape is enough: id before method, one number
+// in params.
+func largeAnswer(msg []byte) ([][]byte, bool) {
+	i := bytes.Index(msg, largeRequestKey)
+	if i < 0 {
+		return nil, false
+	}
+	rest := msg[i+len(largeRequestKey):]
+	j := bytes.IndexByte(rest, ']')
+	if j < 0 {
+		return nil, false
+	}
+	n, err := strconv.Atoi(string(rest[:j]))
+	if err != nil || n < 0 {
+		return nil, false
+	}
+	idAt := bytes.Index(msg, []byte(`"id":`))
+	if idAt < 0 || idAt > i {
+		return nil, false
+	}
+	id := bytes.TrimSuffix(msg[idAt+len(`"id":`):i], []byte(","))
+	head := make([]byte, 0, 32+len(id))
+	head = append(head, `{"jsonrpc":"2.0","id":`...)
+	head = append(head, id...)
+	return [][]byte{head, largeBody(n)}, true
+}
+
+var largeBodies sync.Map // int -> []byte
+
+// largeBody is `,"result":[...]}` with about n bytes of result.
+func largeBody(n int) []byte {
+	if b, ok := largeBodies.Load(n); ok {
+		return b.([]byte)
+	}
+	b := make([]byte, 0, n+1024)
+	b = append(b, `,"result":[`...)
+	for k := 0; len(b) < n; k++ {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"address":"0x6b175474e89094c44da98b954eedeac495271d0f","topics":["0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef","0x000000000000000000000000%040x","0x000000000000000000000000f39fd6e51aad88f6f4ce6ab8827279cfffb92266"],"data":"0x%064x","blockNumber":"0x1234567","transactionHash":"0x%064x","transactionIndex":"0x%x","blockHash":"0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6","logIndex":"0x%x","removed":false}`, k, k*7919, k*104729, k%500, k)
+	}
+	b = append(b, "]}"...)
+	largeBodies.Store(n, b)
+	return b
 }
 
 type upstreamStats struct {

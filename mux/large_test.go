@@ -1,0 +1,168 @@
+package mux
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+)
+
+// largeResult is a JSON string result that makes the upstream frame
+// {"jsonrpc":"2.0","id":<upID>,"result":"..."} exactly frameLen bytes. Its
+// contents vary so that a shifted or dropped byte shows.
+func largeResult(upID []byte, frameLen int) string {
+	n := frameLen - len(`{"jsonrpc":"2.0","id":`) - len(upID) - len(`,"result":""}`)
+	var b strings.Builder
+	b.Grow(n + 2)
+	b.WriteByte('"')
+	for i := 0; b.Len() < n+1; i++ {
+		b.WriteString(strconv.FormatUint(uint64(i)*2654435761%(1<<32), 16))
+	}
+	s := b.String()[:n+1]
+	return s + `"`
+}
+
+// largeHandler answers eth_large [n] with an n-byte frame (counted with the
+// upstream id) and records the result sent, by client request id order.
+type largeHandler struct{ results chan string }
+
+func (l *largeHandler) handle(fc *fakeConn, r fakeReq) {
+	if r.Method != "eth_large" {
+		fc.Answer(r)
+		return
+	}
+	var p []int
+	_ = json.Unmarshal(r.Params, &p)
+	res := largeResult(r.ID, p[0])
+	l.results <- res
+	fc.Send(resultFrame(r.ID, res))
+}
+
+// TestLargeAnswersSpliced: answers of every size around muxd's buffer
+// bounds arrive byte for byte as the node sent them, with the client's id:
+// 16 KiB (copied below, lent above), 64 KiB (the reader's first buffer),
+// 4 MiB (the reader's own buffer), and the upstream read limit; with ids
+// shorter and longer than the upstream's, one too long for the headroom,
+// and as a batch element (copied).
+func TestLargeAnswersSpliced(t *testing.T) {
+	t.Parallel()
+	const readLimit = 5<<20 + 123
+	lh := &largeHandler{results: make(chan string, 1)}
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.UpstreamReadLimit = readLimit }})
+	h.fake.SetHandler(lh.handle)
+	c := h.dial(t)
+	longID := `"` + strings.Repeat("i", 2*frameHeadroom) + `"`
+	ids := []string{`7`, `"client-id-longer-than-any-upstream-id-0123456789"`, longID}
+	var sizes []int
+	for _, b := range []int{inlineSpliceMax, minFrameBuf, maxKeptUpstreamBuf} {
+		sizes = append(sizes, b-1, b, b+1)
+	}
+	sizes = append(sizes, readLimit-1, readLimit)
+	for _, size := range sizes {
+		for _, id := range ids {
+			for _, batch := range []bool{false, true} {
+				name := fmt.Sprintf("%d bytes, id %.12s, batch %v", size, id, batch)
+				req := `{"jsonrpc":"2.0","id":` + id + `,"method":"eth_large","params":[` + strconv.Itoa(size) + `]}`
+				if batch {
+					req = `[` + req + `]`
+				}
+				c.send(req)
+				got := c.recv()
+				res := <-lh.results
+				want := `{"jsonrpc":"2.0","id":` + id + `,"result":` + res + `}`
+				if batch {
+					want = `[` + want + `]`
+				}
+				if !bytes.Equal(got, []byte(want)) {
+					i := 0
+					for i < min(len(got), len(want)) && got[i] == want[i] {
+						i++
+					}
+					t.Fatalf("%s: %d bytes, want %d; first difference at %d: got %.40q want %.40q", name, len(got), len(want), i, got[i:], want[i:])
+				}
+			}
+		}
+	}
+	if h.srv.frames.held() == 0 {
+		t.Error("no frame buffer came back to the pool: nothing was lent")
+	}
+	if n := h.fake.NumConns(); n != 1 {
+		t.Errorf("upstream connections %d, want 1", n)
+	}
+}
+
+// TestLargeAnswerPastReadLimit: a message one byte past the upstream read
+// limit ends the connection; the request in flight fails (eth_large is not
+// retried) and the next connection serves.
+func TestLargeAnswerPastReadLimit(t *testing.T) {
+	t.Parallel()
+	const readLimit = 1<<20 + 7
+	lh := &largeHandler{results: make(chan string, 2)}
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.UpstreamReadLimit = readLimit }})
+	h.fake.SetHandler(lh.handle)
+	c := h.dial(t)
+	wantError(t, parseResp(t, c.call(`{"jsonrpc":"2.0","id":1,"method":"eth_large","params":[`+strconv.Itoa(readLimit+1)+`]}`)), `1`, -32002, "upstream unavailable")
+	h.waitUp(t, true)
+	got := parseResp(t, c.call(`{"jsonrpc":"2.0","id":2,"method":"eth_large","params":[`+strconv.Itoa(readLimit)+`]}`))
+	<-lh.results
+	if res := <-lh.results; string(got.Result) != res {
+		t.Errorf("answer at the limit: %d bytes of result, want %d", len(got.Result), len(res))
+	}
+}
+
+// TestSlowClientLargeAnswer: a client that does not read its 32 MB answer
+// holds up nobody (others get theirs meanwhile), and is cut when a second
+// one would take its queue past the bound.
+func TestSlowClientLargeAnswer(t *testing.T) {
+	t.Parallel()
+	const answer = 32e6
+	lh := &largeHandler{results: make(chan string, 64)}
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.OutboundQueueBytes = 40 << 20 }})
+	h.fake.SetHandler(lh.handle)
+	m := h.srv.Metrics()
+	slow := h.dialSlow(t)
+	good := h.dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	call := func(id int) string {
+		return `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"eth_large","params":[` + strconv.Itoa(answer) + `]}`
+	}
+	if err := slow.Write(ctx, websocket.MessageText, []byte(call(1))); err != nil {
+		t.Fatal(err)
+	}
+	// Its answer is queued (the first is always accepted) and its writer
+	// is stuck on the full socket: others are served meanwhile.
+	eventually(t, "the slow client's answer to be queued", func() bool {
+		n := 0
+		h.locked(func() {
+			for _, c := range h.srv.clients {
+				n = max(n, c.out.pending())
+			}
+		})
+		return n >= answer
+	})
+	for id := range 3 {
+		got := good.call(call(100 + id))
+		if len(got) < answer {
+			t.Fatalf("good client: %d bytes", len(got))
+		}
+		good.barrier()
+	}
+	if v := counterValue(m.SlowConsumers); v != 0 {
+		t.Fatalf("slow consumers = %v before the second answer", v)
+	}
+	if err := slow.Write(ctx, websocket.MessageText, []byte(call(2))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the slow consumer to be cut", func() bool { return counterValue(m.SlowConsumers) == 1 })
+	eventually(t, "the slow session to end", func() bool { return len(h.clientIDs()) == 1 })
+	good.barrier()
+	if got := good.call(call(200)); len(got) < answer {
+		t.Fatalf("good client after the cut: %d bytes", len(got))
+	}
+}

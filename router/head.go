@@ -1,0 +1,67 @@
+package router
+
+// ScanResponseHead reads only the head of a response frame laid out as
+// nodes write one: an object whose members before "result" are "jsonrpc"
+// and "id" (each at most once, in either order), "result" being the last
+// member. The result is taken to run from its first byte to the frame's
+// closing brace; those bytes are not scanned, since muxd forwards them
+// untouched and trusts the node for their structure (as a relay trusts the
+// whole frame). That is what keeps routing a large answer (a block, a
+// trace, wide logs) from costing a pass over every byte of it.
+//
+// ok is false when the frame does not start that way (a batch, an error
+// response, a push, another member first, bad syntax in the head, no id):
+// the caller then scans it whole with ScanUpstream. When ok, the spans are
+// those ScanUpstream would record for a well-formed frame of that shape.
+func ScanResponseHead(frame []byte) (m Message, ok bool) {
+	b := frame
+	i := skipSpace(b, 0)
+	end := len(b)
+	for end > i && isSpace(b[end-1]) {
+		end--
+	}
+	if i >= end || b[i] != '{' || b[end-1] != '}' {
+		return Message{}, false
+	}
+	m.Start, m.End = i, end
+	it := objectMembers(b[:end], i)
+	for {
+		key, ok, err := it.next()
+		if err != nil || !ok {
+			return Message{}, false
+		}
+		vstart := it.i
+		switch memberOf(key) {
+		case memVersion:
+			if m.Version.Present() {
+				return Message{}, false
+			}
+			if it.i, err = skipValue(b[:end], vstart, 1); err != nil {
+				return Message{}, false
+			}
+			m.Version = Span{vstart, it.i - vstart}
+		case memID:
+			if m.ID.Present() {
+				return Message{}, false
+			}
+			if it.i, err = skipValue(b[:end], vstart, 1); err != nil {
+				return Message{}, false
+			}
+			m.ID = Span{vstart, it.i - vstart}
+		case memResult:
+			rend := end - 1 // the closing brace
+			for rend > vstart && isSpace(b[rend-1]) {
+				rend--
+			}
+			if !m.ID.Present() || rend <= vstart {
+				return Message{}, false
+			}
+			m.Result = Span{vstart, rend - vstart}
+			return m, true
+		default:
+			return Message{}, false
+		}
+	}
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
