@@ -22,6 +22,7 @@ const (
 	DefaultMaxClients         = 10000
 	DefaultMaxHeldBytes       = 64 << 20
 	DefaultUpstreamMaxBatch   = 1000
+	DefaultUpstreamWait       = 5 * time.Second
 )
 
 // DefaultRetryMethods are the read-only methods that are sent again on the
@@ -71,6 +72,11 @@ type Config struct {
 
 	// RequestTimeout bounds each request from arrival to answer.
 	RequestTimeout time.Duration
+	// UpstreamWait bounds how long a request waits for an upstream to be
+	// connected before it gets -32002 "upstream unavailable" (reason: no
+	// upstream connected), so that clients fail fast while the node is
+	// down. At most RequestTimeout (0: DefaultUpstreamWait).
+	UpstreamWait time.Duration
 	// RetryMethods are sent again after a reconnect; nil means
 	// DefaultRetryMethods, an empty non-nil slice means none.
 	RetryMethods []string
@@ -121,6 +127,10 @@ func (c Config) withDefaults() Config {
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
 	}
+	if c.UpstreamWait <= 0 {
+		c.UpstreamWait = DefaultUpstreamWait
+	}
+	c.UpstreamWait = min(c.UpstreamWait, c.RequestTimeout)
 	if c.RetryMethods == nil {
 		c.RetryMethods = DefaultRetryMethods
 	}

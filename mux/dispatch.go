@@ -244,7 +244,7 @@ func (s *Server) enqueueLocked(c *Client, uid uint64, p router.Pending, up *upst
 		if len(s.waiting) >= s.cfg.MaxWaiting {
 			return false
 		}
-		s.waiting = append(s.waiting, waitingRequest{uid, p})
+		s.waiting = append(s.waiting, waitingRequest{uid, p, p.Sent.Add(s.cfg.UpstreamWait)})
 	} else {
 		s.reqs.Add(uid, p)
 		if p.Up == nil {

@@ -49,6 +49,7 @@ func TestHeldBytesBound(t *testing.T) {
 		h, g := gatedHarness(t, false, func(c *Config) {
 			c.MaxHeldBytes = 10 * mib
 			c.RequestTimeout = time.Minute // frames of MiB are slow under -race
+			c.UpstreamWait = time.Minute
 		})
 		g.waitFails(t, 1)
 		c := h.dial(t)
@@ -117,6 +118,7 @@ func TestHeldBytesReleased(t *testing.T) {
 	h, g := gatedHarness(t, false, func(c *Config) {
 		c.MaxHeldBytes = 16 * mib
 		c.RequestTimeout = time.Minute
+		c.UpstreamWait = time.Minute
 	})
 	g.waitFails(t, 1)
 	heap := func() uint64 {

@@ -385,6 +385,26 @@ func TestUpstreamDown(t *testing.T) {
 		wantEcho(t, got[`2`], `2`, "eth_chainId", `[2]`)
 	})
 
+	// Past UpstreamWait a waiting request gets -32002 saying that no
+	// upstream is connected, well before its own deadline.
+	t.Run("upstream wait", func(t *testing.T) {
+		t.Parallel()
+		h, _ := gatedHarness(t, false, func(c *Config) { c.UpstreamWait = 200 * time.Millisecond })
+		c := h.dial(t)
+		c.send(`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[1]}`)
+		c.send(`[{"jsonrpc":"2.0","id":2,"method":"eth_chainId","params":[2]},{"jsonrpc":"2.0","id":3,"method":"eth_x","params":[3]}]`)
+		got := answersByID(t, c, 2)
+		for _, id := range []string{`1`, `2`, `3`} {
+			wantError(t, got[id], id, -32002, "upstream unavailable")
+			if r := got[id].reason(); r != "no upstream connected" {
+				t.Errorf("id %s: reason %q, want \"no upstream connected\"", id, r)
+			}
+		}
+		if n := h.waitingLen(); n != 0 {
+			t.Errorf("waiting = %d, want 0", n)
+		}
+	})
+
 	t.Run("down for a while", func(t *testing.T) {
 		t.Parallel()
 		h, g := gatedHarness(t, true, nil)

@@ -50,6 +50,9 @@ type Server struct {
 type waitingRequest struct {
 	id uint64
 	p  router.Pending
+	// giveUp is when it stops waiting for an upstream and gets -32002
+	// (Config.UpstreamWait after it began to wait).
+	giveUp time.Time
 }
 
 // New checks cfg and returns a Server. Nothing runs until Run.

@@ -29,6 +29,9 @@ func (s *Server) sweepLoop(ctx context.Context) {
 	}
 }
 
+// errNoUpstream answers a request that waited UpstreamWait for an upstream.
+var errNoUpstream = router.ErrorUnavailable.Because("no upstream connected")
+
 // sweep answers every request whose deadline has passed with -32002
 // "request timed out", whether it is in flight upstream, waiting for an
 // upstream, or a subscription waiting for the node's answer. An answer that
@@ -47,8 +50,10 @@ func (s *Server) sweep(now time.Time) {
 		expired = append(expired, p)
 	})
 	kept := s.waiting[:0]
+	var gaveUp []router.Pending
 	for _, w := range s.waiting {
-		if w.p.Deadline.IsZero() || w.p.Deadline.After(now) {
+		timedOut := !w.p.Deadline.IsZero() && !w.p.Deadline.After(now)
+		if !timedOut && (w.giveUp.IsZero() || w.giveUp.After(now)) {
 			kept = append(kept, w)
 			continue
 		}
@@ -56,8 +61,12 @@ func (s *Server) sweep(now time.Time) {
 		if w.p.Up != nil {
 			w.p.Up.Settle(w.id) // not sent yet: its array will leave it out
 		}
-		if w.p.Kind == router.KindCall {
+		switch {
+		case w.p.Kind != router.KindCall:
+		case timedOut:
 			expired = append(expired, w.p)
+		default:
+			gaveUp = append(gaveUp, w.p)
 		}
 	}
 	clear(s.waiting[len(kept):])
@@ -69,6 +78,11 @@ func (s *Server) sweep(now time.Time) {
 	for _, p := range expired {
 		if c := s.clients[p.Client]; c != nil {
 			s.deliverLocked(c, p, router.ErrorResponse(p.ID, router.ErrorTimeout), router.CodeUnavailable)
+		}
+	}
+	for _, p := range gaveUp {
+		if c := s.clients[p.Client]; c != nil {
+			s.deliverLocked(c, p, router.ErrorResponse(p.ID, errNoUpstream), router.CodeUnavailable)
 		}
 	}
 	up := s.up

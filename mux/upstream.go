@@ -476,7 +476,7 @@ func (s *Server) upstreamLost(u *upstreamConn) {
 				ng.AddCall(id, p.Frame)
 				p.Up = ng
 			}
-			s.waiting = append(s.waiting, waitingRequest{id, p})
+			s.waiting = append(s.waiting, waitingRequest{id, p, now.Add(s.cfg.UpstreamWait)})
 			retried++
 			return
 		}
