@@ -31,8 +31,11 @@ import (
 //     and every live subscription is pushed every ~20 ms with a counter and
 //     the subscription's params.
 //
-// A batch (JSON array) from muxd is a protocol violation here: muxd splits
-// client batches, so it is recorded as a failure.
+// A client batch reaches it as one JSON array (muxd keeps the client's
+// order); half the arrays are answered element by element, out of order
+// like single requests, the other half as one array in reverse order, now
+// and then sent twice. eth_subscribe or eth_unsubscribe inside an array is
+// a protocol violation (muxd sends its own alone) and recorded as a failure.
 type chaosUpstream struct {
 	srv *httptest.Server
 	URL string
@@ -51,6 +54,7 @@ type chaosUpstream struct {
 	subscribes atomic.Int64
 	subRecv    atomic.Int64
 	unsubs     atomic.Int64
+	arrays     atomic.Int64 // client batches received as one array
 
 	mu       sync.Mutex
 	failures []string
@@ -155,7 +159,7 @@ func (c *chaosConn) write(b []byte) {
 func (c *chaosConn) handle(frame []byte, wg *sync.WaitGroup) {
 	t := bytes.TrimLeft(frame, " \t\r\n")
 	if len(t) > 0 && t[0] == '[' {
-		c.u.fail("upstream received a batch from muxd: %.200s", frame)
+		c.handleArray(frame, wg)
 		return
 	}
 	var m upMsg
@@ -188,6 +192,71 @@ func (c *chaosConn) handle(frame []byte, wg *sync.WaitGroup) {
 	}()
 }
 
+// handleArray takes a client batch as muxd sends it.
+func (c *chaosConn) handleArray(frame []byte, wg *sync.WaitGroup) {
+	var msgs []upMsg
+	if err := json.Unmarshal(frame, &msgs); err != nil || len(msgs) == 0 {
+		c.u.fail("upstream received an invalid array from muxd: %v: %.200s", err, frame)
+		return
+	}
+	c.u.arrays.Add(1)
+	var calls []upMsg
+	for _, m := range msgs {
+		if m.Method == "eth_subscribe" || m.Method == "eth_unsubscribe" {
+			c.u.fail("upstream received %s inside an array: %.200s", m.Method, frame)
+			return
+		}
+		if m.ID == nil {
+			c.u.notifs.Add(1)
+			continue
+		}
+		c.u.requests.Add(1)
+		calls = append(calls, m)
+	}
+	if rand.N(2) == 0 {
+		for _, m := range calls {
+			c.handle(mustJSON(m), wg)
+			c.u.requests.Add(-1) // counted above
+		}
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		parts := make([][]byte, 0, len(calls))
+		for i := len(calls) - 1; i >= 0; i-- {
+			parts = append(parts, echoAnswer(calls[i]))
+		}
+		if len(parts) == 0 {
+			return
+		}
+		arr := append(append([]byte{'['}, bytes.Join(parts, []byte{','})...), ']')
+		c.write(arr)
+		if rand.N(100) < 3 {
+			c.u.dups.Add(1)
+			c.write(arr) // the same array twice
+		}
+	}()
+}
+
+func mustJSON(m upMsg) []byte {
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// echoAnswer is the answer to an ordinary call: its params and method.
+func echoAnswer(m upMsg) []byte {
+	params := m.Params
+	if params == nil {
+		params = json.RawMessage("null")
+	}
+	method, _ := json.Marshal(m.Method)
+	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"echo":%s,"m":%s}}`, m.ID, params, method)
+}
+
 func (c *chaosConn) answer(m upMsg) {
 	switch m.Method {
 	case "eth_subscribe":
@@ -217,12 +286,7 @@ func (c *chaosConn) answer(m upMsg) {
 		c.write(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%t}`, m.ID, ok))
 		return
 	}
-	params := m.Params
-	if params == nil {
-		params = json.RawMessage("null")
-	}
-	method, _ := json.Marshal(m.Method)
-	resp := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"echo":%s,"m":%s}}`, m.ID, params, method)
+	resp := echoAnswer(m)
 	c.write(resp)
 	switch r := rand.N(100); {
 	case r < 3:
