@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 )
 
@@ -22,11 +23,18 @@ var DefaultAllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
 // starts a session, a POST is one JSON-RPC exchange answered like geth's
 // HTTP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	upgrade := isUpgrade(r)
+	bodyRead := func() {}
+	if !upgrade {
+		// Bounds the body read here, and net/http's draining of a body
+		// left unread by the answers below.
+		bodyRead = s.setBodyDeadline(w)
+	}
 	if !s.hostAllowed(r.Host) {
 		http.Error(w, "invalid host specified", http.StatusForbidden)
 		return
 	}
-	if isUpgrade(r) {
+	if upgrade {
 		s.ServeWebSocket(w, r)
 		return
 	}
@@ -52,11 +60,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "content length too large", http.StatusRequestEntityTooLarge)
 			return
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.metrics.limit("http_read_timeout")
+			w.Header().Set("Connection", "close")
+			http.Error(w, "request body not received in time", http.StatusRequestTimeout)
+			return
+		}
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	bodyRead()
 	tr := &httpTransport{}
-	c, err := s.newClient(r.Context(), tr)
+	// Not r.Context(): net/http cancels it when the client shuts down its
+	// sending side after the body, and such a client still waits for its
+	// answer. The session ends with the answer, or at request_timeout.
+	c, err := s.newClient(context.WithoutCancel(r.Context()), tr)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
