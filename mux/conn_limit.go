@@ -30,14 +30,16 @@ type connLimiter struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	mu    sync.Mutex
-	conns map[net.Conn]*connEntry // every open connection, by its wrapper
+	mu      sync.Mutex
+	conns   map[net.Conn]*connEntry // every open connection, by its wrapper
+	closing bool                    // shutdown has begun
 }
 
 // connEntry is the limiter's record of one open connection.
 type connEntry struct {
 	idle      bool      // a keep-alive connection between requests
 	idleSince time.Time // when it became idle
+	hijacked  bool      // a WebSocket session's now
 }
 
 func newConnLimiter(max int, m *Metrics, log *slog.Logger) *connLimiter {
@@ -62,6 +64,10 @@ func (l *connLimiter) listener(ln net.Listener) net.Listener {
 func (l *connLimiter) admit(c net.Conn) (net.Conn, bool) {
 	var victim net.Conn
 	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		return nil, false
+	}
 	if len(l.conns) >= l.max {
 		victim = l.takeIdleLocked()
 		if victim == nil {
@@ -138,6 +144,44 @@ func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
 	e.idle = state == http.StateIdle
 	if e.idle {
 		e.idleSince = time.Now()
+	}
+	e.hijacked = state == http.StateHijacked
+}
+
+// readDeadline is the read deadline for a request body starting now: d
+// from now, or now once shutdown has begun.
+func (l *connLimiter) readDeadline(d time.Duration) time.Time {
+	now := time.Now()
+	if l.isClosing() {
+		return now
+	}
+	return now.Add(d)
+}
+
+func (l *connLimiter) isClosing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closing
+}
+
+// shutdown refuses new connections from now on and cuts the reads of those
+// still receiving a request: their read deadline becomes now. A connection
+// whose request has been read only waits for its answer, which this does
+// not touch; idle and hijacked ones are left to http.Server.Shutdown and
+// Server.Shutdown.
+func (l *connLimiter) shutdown() {
+	l.mu.Lock()
+	l.closing = true
+	var busy []net.Conn
+	for c, e := range l.conns {
+		if !e.idle && !e.hijacked {
+			busy = append(busy, c)
+		}
+	}
+	l.mu.Unlock()
+	now := time.Now()
+	for _, c := range busy {
+		c.SetReadDeadline(now)
 	}
 }
 

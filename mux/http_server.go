@@ -2,6 +2,8 @@ package mux
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +24,7 @@ const (
 // keep-alive connection idle for HTTPIdleTimeout is closed. Listeners
 // inherited from systemd are served the same way as bound ones.
 type HTTPServer struct {
+	srv   *Server
 	hs    *http.Server
 	conns *connLimiter
 }
@@ -30,18 +33,51 @@ type HTTPServer struct {
 // Config. Serve it on any number of listeners; the connection bound is
 // shared between them.
 func (s *Server) NewHTTPServer() *HTTPServer {
-	h := &HTTPServer{conns: newConnLimiter(s.cfg.MaxConnections, s.metrics, s.log)}
+	h := &HTTPServer{srv: s, conns: newConnLimiter(s.cfg.MaxConnections, s.metrics, s.log)}
 	h.hs = &http.Server{
-		Handler:           s,
+		Handler:           http.HandlerFunc(h.serveHTTP),
 		ReadHeaderTimeout: s.cfg.HTTPReadHeaderTimeout,
 		IdleTimeout:       s.cfg.HTTPIdleTimeout,
 		// No ReadTimeout or WriteTimeout: they would stay on connections
-		// hijacked for WebSocket sessions. ServeHTTP sets the body's
+		// hijacked for WebSocket sessions. serveHTTP sets the body's
 		// deadline itself.
 		ConnState: h.conns.connState,
 		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return h
+}
+
+// serveHTTP bounds the reading of a request's body, then hands the request
+// to Server.ServeHTTP. The deadline also bounds net/http's draining of a
+// body the handler leaves unread (a refused request). It is cleared once
+// the body has been read, so that the wait for the connection's next
+// request is bounded by net/http's own timeouts. A WebSocket upgrade has no
+// body and gets no deadline: the session's socket must not inherit one.
+func (h *HTTPServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if !isUpgrade(r) {
+		rc := http.NewResponseController(w)
+		rc.SetReadDeadline(h.conns.readDeadline(h.srv.cfg.HTTPReadTimeout))
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, lim: h.conns}
+		}
+	}
+	h.srv.ServeHTTP(w, r)
+}
+
+// deadlineBody clears the connection's read deadline once the body has
+// been read to its end, unless the server is shutting down.
+type deadlineBody struct {
+	io.ReadCloser
+	rc  *http.ResponseController
+	lim *connLimiter
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.lim.isClosing() {
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // Serve accepts connections on ln until it is closed or the server shut
@@ -51,9 +87,13 @@ func (h *HTTPServer) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting, closes idle connections and waits until every
-// HTTP exchange has ended or ctx is done, as http.Server.Shutdown. WebSocket
-// sessions are not waited for: Server.Shutdown ends them.
+// HTTP exchange has ended or ctx is done, as http.Server.Shutdown does. A
+// request still being received is cut at once (408) rather than waited
+// for: a client trickling its body would otherwise hold the shutdown for
+// the whole grace period. Requests received and waiting for their answer
+// are waited for. WebSocket sessions are not: Server.Shutdown ends them.
 func (h *HTTPServer) Shutdown(ctx context.Context) error {
+	h.conns.shutdown()
 	return h.hs.Shutdown(ctx)
 }
 
@@ -66,17 +106,4 @@ func (h *HTTPServer) Close() error {
 // listeners.
 func (h *HTTPServer) OpenConnections() int {
 	return h.conns.open()
-}
-
-// setBodyDeadline bounds reading the request body from now, on a
-// connection served by an HTTPServer (elsewhere, as under httptest's
-// recorder, it does nothing). done clears the deadline once the body has
-// been read, so that net/http's wait for the connection's next request is
-// bounded by its own timeouts only.
-func (s *Server) setBodyDeadline(w http.ResponseWriter) (done func()) {
-	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(s.cfg.HTTPReadTimeout)) != nil {
-		return func() {}
-	}
-	return func() { rc.SetReadDeadline(time.Time{}) }
 }

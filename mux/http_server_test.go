@@ -2,6 +2,7 @@ package mux
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -390,5 +391,84 @@ func TestHTTPOutOfDescriptorsReclaimsIdle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHTTPShutdownCutsUnfinishedRequests: Shutdown does not wait for a
+// client still sending its request (it would hold the shutdown for the whole
+// grace period), but does wait for a request received and waiting for its
+// answer, which it gets.
+func TestHTTPShutdownCutsUnfinishedRequests(t *testing.T) {
+	held := make(chan func(), 1)
+	h := newHarness(t, harnessOpts{
+		cfg: func(c *Config) {
+			c.HTTPReadHeaderTimeout = time.Hour
+			c.HTTPReadTimeout = time.Hour
+		},
+		fake: func(f *fakeUpstream) {
+			f.SetHandler(func(fc *fakeConn, r fakeReq) {
+				if r.Method == "hold" {
+					held <- func() { fc.Answer(r) }
+					return
+				}
+				fc.Answer(r)
+			})
+		},
+	})
+	hs, addr := serveListenForTest(t, h)
+	handling := make(chan struct{}, 2)
+	hs.hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handling <- struct{}{}
+		hs.serveHTTP(w, r)
+	})
+
+	silent := dialTCP(t, addr)  // sends nothing
+	headers := dialTCP(t, addr) // headers unfinished
+	body := dialTCP(t, addr)    // body unfinished
+	waiting := dialTCP(t, addr) // request sent, answer pending
+	io.WriteString(headers, "POST / HTTP/1.1\r\nHost: localhost\r\n")
+	io.WriteString(body, rawPost(`{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`)[:110])
+	io.WriteString(waiting, rawPost(`{"jsonrpc":"2.0","id":"w","method":"hold"}`))
+	var answer func()
+	select {
+	case answer = <-held:
+	case <-time.After(testTimeout):
+		t.Fatal("the node never got the request")
+	}
+	eventually(t, "four connections", func() bool { return hs.OpenConnections() == 4 })
+	for range 2 { // the unfinished body's request is being handled too
+		select {
+		case <-handling:
+		case <-time.After(testTimeout):
+			t.Fatal("requests not handled")
+		}
+	}
+
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		shut <- hs.Shutdown(ctx)
+	}()
+	for _, c := range []net.Conn{silent, headers, body} {
+		waitClosedByServer(t, c)
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) with a request waiting for its answer", err)
+	default:
+	}
+	answer()
+	res, b := readResponse(t, waiting, bufio.NewReader(waiting))
+	if r := parseResp(t, b); res.StatusCode != http.StatusOK || compact(r.ID) != `"w"` || r.Error != nil {
+		t.Fatalf("status %d, answer %s", res.StatusCode, b)
+	}
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Shutdown did not return")
 	}
 }

@@ -23,18 +23,11 @@ var DefaultAllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
 // starts a session, a POST is one JSON-RPC exchange answered like geth's
 // HTTP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	upgrade := isUpgrade(r)
-	bodyRead := func() {}
-	if !upgrade {
-		// Bounds the body read here, and net/http's draining of a body
-		// left unread by the answers below.
-		bodyRead = s.setBodyDeadline(w)
-	}
 	if !s.hostAllowed(r.Host) {
 		http.Error(w, "invalid host specified", http.StatusForbidden)
 		return
 	}
-	if upgrade {
+	if isUpgrade(r) {
 		s.ServeWebSocket(w, r)
 		return
 	}
@@ -61,6 +54,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// HTTPServer's body deadline (HTTPReadTimeout, or shutdown).
 			s.metrics.limit("http_read_timeout")
 			w.Header().Set("Connection", "close")
 			http.Error(w, "request body not received in time", http.StatusRequestTimeout)
@@ -69,7 +63,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	bodyRead()
 	tr := &httpTransport{}
 	// Not r.Context(): net/http cancels it when the client shuts down its
 	// sending side after the body, and such a client still waits for its
