@@ -121,6 +121,25 @@ type Config struct {
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: metrics are kept but not registered
+
+	// Connections on the --listen address (served by NewHTTPServer).
+
+	// HTTPReadHeaderTimeout bounds the wait for a request's headers: on a
+	// new connection from its opening, on a keep-alive one from the
+	// request's first byte.
+	HTTPReadHeaderTimeout time.Duration
+	// HTTPReadTimeout bounds reading an HTTP request's body, from the end
+	// of its headers (408 and the connection closed past it). WebSocket
+	// sessions are not affected.
+	HTTPReadTimeout time.Duration
+	// HTTPIdleTimeout closes a keep-alive connection idle this long
+	// between requests.
+	HTTPIdleTimeout time.Duration
+	// MaxConnections bounds the connections open on the --listen address,
+	// whatever they carry; 0 means MaxClients. At the bound the longest
+	// idle keep-alive connection is closed to make room; with none idle, a
+	// new connection gets a 503 and is closed.
+	MaxConnections int
 }
 
 func (c Config) withDefaults() Config {
@@ -172,6 +191,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.HTTPReadHeaderTimeout <= 0 {
+		c.HTTPReadHeaderTimeout = DefaultHTTPReadHeaderTimeout
+	}
+	if c.HTTPReadTimeout <= 0 {
+		c.HTTPReadTimeout = DefaultHTTPReadTimeout
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		c.HTTPIdleTimeout = DefaultHTTPIdleTimeout
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = c.MaxClients
 	}
 	return c
 }

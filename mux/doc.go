@@ -10,6 +10,8 @@
 //     outbound queue (outbox.go). Whatever the writer finds queued goes
 //     out in one system call (cork.go); buffers.go is how readers and
 //     writers reuse their buffers from one message to the next.
+//     http_server.go serves the --listen address with every connection
+//     bounded in time and, through conn_limit.go, in number.
 //   - dispatch.go validates the frame with package router, answers what
 //     muxd answers itself (parse errors, invalid requests, policy, limits),
 //     splits batches, rewrites each id to a fresh upstream id and records the

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 )
 
@@ -52,11 +53,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "content length too large", http.StatusRequestEntityTooLarge)
 			return
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// HTTPServer's body deadline (HTTPReadTimeout, or shutdown).
+			s.metrics.limit("http_read_timeout")
+			w.Header().Set("Connection", "close")
+			http.Error(w, "request body not received in time", http.StatusRequestTimeout)
+			return
+		}
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	tr := &httpTransport{}
-	c, err := s.newClient(r.Context(), tr)
+	// Not r.Context(): net/http cancels it when the client shuts down its
+	// sending side after the body, and such a client still waits for its
+	// answer. The session ends with the answer, or at request_timeout.
+	c, err := s.newClient(context.WithoutCancel(r.Context()), tr)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return

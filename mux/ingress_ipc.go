@@ -97,12 +97,23 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 				return
 			}
 			var syn *json.SyntaxError
-			if errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF) {
+			switch {
+			case errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF):
 				// A stream cannot resync after bad JSON: answer -32700,
 				// then close this connection once everything owed to it
 				// has been written.
 				s.reply(c, nil, router.ErrorParse)
 				c.finish(closeNormal, "parse error")
+				<-c.ctx.Done()
+			case errors.Is(err, io.EOF):
+				// The client shut down its sending side (socat, nc -N,
+				// scripts) or closed: it can send nothing more, but it is
+				// still owed an answer to every request it sent. The
+				// session lives on until each has been answered (by the
+				// node or, at request_timeout, by muxd) and written, and
+				// then ends, releasing its subscriptions: a client that
+				// cannot send cannot unsubscribe either.
+				c.finish(closeNormal, "client closed its sending side")
 				<-c.ctx.Done()
 			}
 			return

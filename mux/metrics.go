@@ -91,6 +91,7 @@ type Metrics struct {
 	LimitHits          *prometheus.CounterVec // muxd_limit_exceeded_total{limit}
 	UpstreamFramesOut  prometheus.Counter     // muxd_upstream_frames_sent_total
 	UpstreamFramesIn   prometheus.Counter     // muxd_upstream_frames_received_total
+	ListenConnections  prometheus.Gauge       // muxd_listen_connections
 
 	dropped            [numDropReasons]prometheus.Counter
 	responseOK         prometheus.Counter
@@ -149,6 +150,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		UpstreamFramesIn: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "muxd_upstream_frames_received_total", Help: "Frames read from the upstream.",
 		}),
+		ListenConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "muxd_listen_connections", Help: "Connections open on the --listen address: WebSocket sessions, HTTP exchanges, idle keep-alive connections and connections still sending a request.",
+		}),
 	}
 	for r := DropReason(0); r < numDropReasons; r++ {
 		m.dropped[r] = m.Dropped.WithLabelValues(r.String())
@@ -165,7 +169,8 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Clients, m.Requests, m.Responses, m.Latency, m.InFlight,
 			m.UpstreamConnected, m.UpstreamReconnects, m.Retried, m.UpstreamSubs, m.ClientSubs,
-			m.Pushes, m.SlowConsumers, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn)
+			m.Pushes, m.SlowConsumers, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
+			m.ListenConnections)
 	}
 	return m
 }
