@@ -124,13 +124,19 @@ func (c *Client) finished() (bool, int, string) {
 	c.finishMu.Lock()
 	f, code, reason := c.finishing, c.finishCode, c.finishReason
 	c.finishMu.Unlock()
-	if !f || c.out.pending() > 0 {
+	if !f {
 		return false, 0, ""
 	}
+	// In this order: an answer is queued under srv.mu in the same hold
+	// that ends its request, so once nothing is in flight every answer is
+	// in the queue, and pending sees it.
 	c.srv.mu.Lock()
 	busy := c.inflight > 0
 	c.srv.mu.Unlock()
-	return !busy, code, reason
+	if busy || c.out.pending() > 0 {
+		return false, 0, ""
+	}
+	return true, code, reason
 }
 
 // writerLinger is how long an idle writer waits for more before it exits.

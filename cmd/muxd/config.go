@@ -40,52 +40,59 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // whole configuration. Every option has one name: the TOML key, and the flag
 // with "_" written as "-".
 type Config struct {
-	Upstream           string            `toml:"upstream"`
-	UpstreamHeaders    map[string]string `toml:"upstream_headers"`
-	UpstreamReadLimit  int64             `toml:"upstream_read_limit"`
-	PingInterval       Duration          `toml:"ping_interval"`
-	PingTimeout        Duration          `toml:"ping_timeout"`
-	ReconnectInitial   Duration          `toml:"reconnect_initial"`
-	ReconnectMax       Duration          `toml:"reconnect_max"`
-	Listen             string            `toml:"listen"`
-	IPC                string            `toml:"ipc"`
-	IPCMode            string            `toml:"ipc_mode"`
-	IPCGroup           string            `toml:"ipc_group"`
-	Metrics            string            `toml:"metrics"`
-	RequestTimeout     Duration          `toml:"request_timeout"`
-	ShutdownGrace      Duration          `toml:"shutdown_grace"`
-	LogLevel           string            `toml:"log_level"`
-	LogFormat          string            `toml:"log_format"`
-	AllowedOrigins     []string          `toml:"allowed_origins"`
-	AllowedHosts       []string          `toml:"allowed_hosts"`
-	DenyMethods        []string          `toml:"deny_methods"`
-	RetryMethods       []string          `toml:"retry_methods"`
-	MaxClients         int               `toml:"max_clients"`
-	MaxInFlight        int               `toml:"max_in_flight"`
-	MaxHeldBytes       int               `toml:"max_held_bytes"`
-	UpstreamMaxBatch   int               `toml:"upstream_max_batch"`
-	MaxBatch           int               `toml:"max_batch"`
-	MaxMessageBytes    int64             `toml:"max_message_bytes"`
-	MaxSubscriptions   int               `toml:"max_subscriptions"`
-	MaxWaiting         int               `toml:"max_waiting"`
-	OutboundQueueBytes int               `toml:"outbound_queue_bytes"`
-	HTTPBodyBytes      int64             `toml:"http_body_bytes"`
+	Upstream              string            `toml:"upstream"`
+	UpstreamHeaders       map[string]string `toml:"upstream_headers"`
+	UpstreamReadLimit     int64             `toml:"upstream_read_limit"`
+	PingInterval          Duration          `toml:"ping_interval"`
+	PingTimeout           Duration          `toml:"ping_timeout"`
+	ReconnectInitial      Duration          `toml:"reconnect_initial"`
+	ReconnectMax          Duration          `toml:"reconnect_max"`
+	Listen                string            `toml:"listen"`
+	IPC                   string            `toml:"ipc"`
+	IPCMode               string            `toml:"ipc_mode"`
+	IPCGroup              string            `toml:"ipc_group"`
+	Metrics               string            `toml:"metrics"`
+	RequestTimeout        Duration          `toml:"request_timeout"`
+	HTTPReadHeaderTimeout Duration          `toml:"http_read_header_timeout"`
+	HTTPReadTimeout       Duration          `toml:"http_read_timeout"`
+	HTTPIdleTimeout       Duration          `toml:"http_idle_timeout"`
+	MaxConnections        int               `toml:"max_connections"`
+	ShutdownGrace         Duration          `toml:"shutdown_grace"`
+	LogLevel              string            `toml:"log_level"`
+	LogFormat             string            `toml:"log_format"`
+	AllowedOrigins        []string          `toml:"allowed_origins"`
+	AllowedHosts          []string          `toml:"allowed_hosts"`
+	DenyMethods           []string          `toml:"deny_methods"`
+	RetryMethods          []string          `toml:"retry_methods"`
+	MaxClients            int               `toml:"max_clients"`
+	MaxInFlight           int               `toml:"max_in_flight"`
+	MaxHeldBytes          int               `toml:"max_held_bytes"`
+	UpstreamMaxBatch      int               `toml:"upstream_max_batch"`
+	MaxBatch              int               `toml:"max_batch"`
+	MaxMessageBytes       int64             `toml:"max_message_bytes"`
+	MaxSubscriptions      int               `toml:"max_subscriptions"`
+	MaxWaiting            int               `toml:"max_waiting"`
+	OutboundQueueBytes    int               `toml:"outbound_queue_bytes"`
+	HTTPBodyBytes         int64             `toml:"http_body_bytes"`
 }
 
 // defaults returns the configuration muxd runs with when nothing is set.
 func defaults() Config {
 	return Config{
-		UpstreamReadLimit: reconnect.DefaultReadLimit,
-		PingInterval:      Duration{15 * time.Second},
-		PingTimeout:       Duration{10 * time.Second},
-		ReconnectInitial:  Duration{reconnect.DefaultBackOffInitial},
-		ReconnectMax:      Duration{reconnect.DefaultBackOffMax},
-		Listen:            "127.0.0.1:8547",
-		IPCMode:           "0600",
-		RequestTimeout:    Duration{mux.DefaultRequestTimeout},
-		ShutdownGrace:     Duration{10 * time.Second},
-		LogLevel:          "info",
-		LogFormat:         "text",
+		UpstreamReadLimit:     reconnect.DefaultReadLimit,
+		PingInterval:          Duration{15 * time.Second},
+		PingTimeout:           Duration{10 * time.Second},
+		ReconnectInitial:      Duration{reconnect.DefaultBackOffInitial},
+		ReconnectMax:          Duration{reconnect.DefaultBackOffMax},
+		Listen:                "127.0.0.1:8547",
+		IPCMode:               "0600",
+		RequestTimeout:        Duration{mux.DefaultRequestTimeout},
+		HTTPReadHeaderTimeout: Duration{mux.DefaultHTTPReadHeaderTimeout},
+		HTTPReadTimeout:       Duration{mux.DefaultHTTPReadTimeout},
+		HTTPIdleTimeout:       Duration{mux.DefaultHTTPIdleTimeout},
+		ShutdownGrace:         Duration{10 * time.Second},
+		LogLevel:              "info",
+		LogFormat:             "text",
 		// Copies: the TOML decoder writes into a slice in place when it
 		// has room, which would change mux's defaults for everyone.
 		AllowedHosts:       slices.Clone(mux.DefaultAllowedHosts),
@@ -212,13 +219,18 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 		name string
 		d    Duration
 	}{{"request_timeout", c.RequestTimeout}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace},
-		{"reconnect_initial", c.ReconnectInitial}, {"reconnect_max", c.ReconnectMax}} {
+		{"reconnect_initial", c.ReconnectInitial}, {"reconnect_max", c.ReconnectMax},
+		{"http_read_header_timeout", c.HTTPReadHeaderTimeout}, {"http_read_timeout", c.HTTPReadTimeout},
+		{"http_idle_timeout", c.HTTPIdleTimeout}} {
 		if d.d.Duration <= 0 {
 			add("%s: must be positive, got %s", d.name, d.d.Duration)
 		}
 	}
 	if c.ReconnectInitial.Duration > c.ReconnectMax.Duration {
 		add("reconnect_initial (%s) is longer than reconnect_max (%s)", c.ReconnectInitial.Duration, c.ReconnectMax.Duration)
+	}
+	if c.MaxConnections < 0 {
+		add("max_connections: must not be negative (0 means max_clients), got %d", c.MaxConnections)
 	}
 	if c.PingInterval.Duration < 0 {
 		add("ping_interval: must not be negative (0 disables keepalive)")

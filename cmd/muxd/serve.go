@@ -136,30 +136,34 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := mux.New(mux.Config{
-		Upstream:           cfg.Upstream,
-		UpstreamHeader:     cfg.header(),
-		UpstreamReadLimit:  cfg.UpstreamReadLimit,
-		PingInterval:       pingInterval(cfg.PingInterval.Duration),
-		PingTimeout:        cfg.PingTimeout.Duration,
-		ReconnectInitial:   cfg.ReconnectInitial.Duration,
-		ReconnectMax:       cfg.ReconnectMax.Duration,
-		RequestTimeout:     cfg.RequestTimeout.Duration,
-		RetryMethods:       cfg.RetryMethods,
-		DenyMethods:        cfg.DenyMethods,
-		MaxBatch:           cfg.MaxBatch,
-		MaxInFlight:        cfg.MaxInFlight,
-		MaxHeldBytes:       cfg.MaxHeldBytes,
-		UpstreamMaxBatch:   cfg.UpstreamMaxBatch,
-		MaxMessageBytes:    cfg.MaxMessageBytes,
-		OutboundQueueBytes: cfg.OutboundQueueBytes,
-		MaxSubscriptions:   cfg.MaxSubscriptions,
-		MaxWaiting:         cfg.MaxWaiting,
-		MaxClients:         cfg.MaxClients,
-		AllowedHosts:       cfg.AllowedHosts,
-		MaxHTTPBodyBytes:   cfg.HTTPBodyBytes,
-		AllowedOrigins:     cfg.AllowedOrigins,
-		Logger:             log,
-		Registerer:         reg,
+		Upstream:              cfg.Upstream,
+		UpstreamHeader:        cfg.header(),
+		UpstreamReadLimit:     cfg.UpstreamReadLimit,
+		PingInterval:          pingInterval(cfg.PingInterval.Duration),
+		PingTimeout:           cfg.PingTimeout.Duration,
+		ReconnectInitial:      cfg.ReconnectInitial.Duration,
+		ReconnectMax:          cfg.ReconnectMax.Duration,
+		RequestTimeout:        cfg.RequestTimeout.Duration,
+		HTTPReadHeaderTimeout: cfg.HTTPReadHeaderTimeout.Duration,
+		HTTPReadTimeout:       cfg.HTTPReadTimeout.Duration,
+		HTTPIdleTimeout:       cfg.HTTPIdleTimeout.Duration,
+		MaxConnections:        cfg.MaxConnections,
+		RetryMethods:          cfg.RetryMethods,
+		DenyMethods:           cfg.DenyMethods,
+		MaxBatch:              cfg.MaxBatch,
+		MaxInFlight:           cfg.MaxInFlight,
+		MaxHeldBytes:          cfg.MaxHeldBytes,
+		UpstreamMaxBatch:      cfg.UpstreamMaxBatch,
+		MaxMessageBytes:       cfg.MaxMessageBytes,
+		OutboundQueueBytes:    cfg.OutboundQueueBytes,
+		MaxSubscriptions:      cfg.MaxSubscriptions,
+		MaxWaiting:            cfg.MaxWaiting,
+		MaxClients:            cfg.MaxClients,
+		AllowedHosts:          cfg.AllowedHosts,
+		MaxHTTPBodyBytes:      cfg.HTTPBodyBytes,
+		AllowedOrigins:        cfg.AllowedOrigins,
+		Logger:                log,
+		Registerer:            reg,
 	})
 	if err != nil {
 		return err
@@ -180,8 +184,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 		srv.Run(runCtx)
 	}()
 
-	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	httpConns := trackHTTP(httpSrv)
+	httpSrv := srv.NewHTTPServer()
 	var metricsSrv *http.Server
 	serveErr := make(chan error, 3)
 	if ls.ws != nil {
@@ -214,7 +217,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	stopWatchdog()
 
-	errs := shutdownClients(log, cfg.ShutdownGrace.Duration, srv, httpSrv, httpConns, ls.ipc)
+	errs := shutdownClients(log, cfg.ShutdownGrace.Duration, srv, httpSrv, ls.ipc)
 	errs = multierror.Append(errs, runErr)
 	if metricsSrv != nil {
 		errs = multierror.Append(errs, ignoreClosed(metricsSrv.Close()))

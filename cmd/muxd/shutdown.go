@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
@@ -35,7 +34,7 @@ const httpAnswerFlush = time.Second
 // close. A request answered with -32002 when the grace is over, a
 // connection closed with nothing in flight and an HTTP client that does not
 // read its answer are how a shutdown is meant to end, not errors.
-func shutdownClients(log *slog.Logger, grace time.Duration, srv *mux.Server, httpSrv *http.Server, conns *httpConns, ipc net.Listener) *multierror.Error {
+func shutdownClients(log *slog.Logger, grace time.Duration, srv *mux.Server, httpSrv *mux.HTTPServer, ipc net.Listener) *multierror.Error {
 	var errs *multierror.Error
 	// httpSrv.Shutdown closes the listener at once, then waits for the
 	// connections still open; stopWaiting ends the wait (step 4).
@@ -45,9 +44,6 @@ func shutdownClients(log *slog.Logger, grace time.Duration, srv *mux.Server, htt
 	go func() { httpDone <- httpSrv.Shutdown(waitCtx) }()
 	if ipc != nil {
 		errs = multierror.Append(errs, ignoreClosed(ipc.Close()))
-	}
-	if n := conns.closeIdle(); n > 0 {
-		log.Debug("closed HTTP connections with no request in flight", "connections", n)
 	}
 
 	graceCtx, cancelGrace := context.WithTimeout(context.Background(), grace)
