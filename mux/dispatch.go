@@ -54,26 +54,32 @@ func (s *Server) dispatch(c *Client, frame []byte) bool {
 		}
 		if want == 0 {
 			// Notifications only: forwarded, and nothing comes back.
-			s.forwardAll(c, frame, f.Messages, nil, now)
+			s.forwardAll(c, frame, f.Messages, nil, true, now)
 			return false
 		}
 		b = router.NewBatch(c.id, want)
 	}
-	if s.forwardAll(c, frame, f.Messages, b, now) {
+	if s.forwardAll(c, frame, f.Messages, b, f.Batch, now) {
 		return true
 	}
 	return false
 }
 
 // forwardAll handles the messages of one frame under one hold of s.mu and
-// then writes what must go upstream. It reports whether an answer will come.
-func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *router.Batch, now time.Time) bool {
+// then writes what must go upstream. b re-assembles the answers of a batch
+// (nil for a single message and for a batch of notifications only); batch
+// says the frame is a batch, whose forwarded elements go upstream as one
+// array. It reports whether an answer will come.
+func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *router.Batch, batch bool, now time.Time) bool {
 	var (
 		out       outgoing
 		immediate []byte // answer to a single message, known now
 		expect    bool
 		answers   [][]byte // muxd's own answers to batch elements
 	)
+	if batch {
+		out.batch = router.NewUpstreamBatch(len(frame), len(msgs))
+	}
 	s.mu.Lock()
 	up := s.up
 	for i := range msgs {
@@ -91,7 +97,7 @@ func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *r
 			answers = append(answers, resp)
 		}
 	}
-	if out.batch != nil && up != nil {
+	if out.batch != nil && out.batch.Len() > 0 && up != nil {
 		// The forwarded elements go as one array (or several, past
 		// UpstreamMaxBatch): the node runs them in order.
 		out.frames = out.batch.NextArrays(out.frames, s.cfg.UpstreamMaxBatch)
@@ -171,8 +177,8 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 			s.metrics.drop(DropNoUpstream)
 			return nil
 		}
-		if b != nil {
-			out.upstreamBatch().AddNotification(append([]byte(nil), elem...))
+		if out.batch != nil {
+			out.batch.AddNotification(append(out.batch.Room(), elem...))
 			return nil
 		}
 		out.frames = append(out.frames, append([]byte(nil), elem...))
@@ -211,28 +217,23 @@ func (s *Server) admitLocked(c *Client, frame []byte, m *router.Message, b *rout
 	}
 	uid := s.reqs.Next()
 	var idBuf [20]byte
-	// One allocation holds the upstream frame and, after it, the copy of
-	// the client's id.
-	buf := router.AppendSpliced(make([]byte, 0, len(elem)+20+len(id)), elem, idSpan, router.AppendUpstreamID(idBuf[:0], uid))
-	n := len(buf)
-	buf = append(buf, id...)
-	p.Frame, p.ID = buf[:n:n], buf[n:]
-	if b != nil {
-		p.Up = out.upstreamBatch()
+	if out.batch != nil {
+		// Laid out in the batch's array as it is built.
+		buf := router.AppendSpliced(out.batch.Room(), elem, idSpan, router.AppendUpstreamID(idBuf[:0], uid))
+		p.Frame, p.ID, p.Up = buf[:len(buf):len(buf)], out.batch.KeepID(id), out.batch
+	} else {
+		// One allocation holds the upstream frame and, after it, the
+		// copy of the client's id.
+		buf := router.AppendSpliced(make([]byte, 0, len(elem)+20+len(id)), elem, idSpan, router.AppendUpstreamID(idBuf[:0], uid))
+		n := len(buf)
+		buf = append(buf, id...)
+		p.Frame, p.ID = buf[:n:n], buf[n:]
 	}
 	if !s.enqueueLocked(c, uid, p, up, out) {
 		s.metrics.limit("waiting")
 		return s.errorBytes(id, router.ErrorUnavailable.Because("too many requests waiting for the upstream"))
 	}
 	return nil
-}
-
-// upstreamBatch returns the array being built for the client batch.
-func (o *outgoing) upstreamBatch() *router.UpstreamBatch {
-	if o.batch == nil {
-		o.batch = new(router.UpstreamBatch)
-	}
-	return o.batch
 }
 
 // enqueueLocked records p as in flight on up, or holds it until an upstream

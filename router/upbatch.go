@@ -19,11 +19,17 @@ import (
 // An UpstreamBatch is not safe for concurrent use; the caller's lock guards
 // it with the pending table.
 type UpstreamBatch struct {
-	elems []upElem // in client order
-	calls []int32  // positions of the calls in elems, whose ids ascend
-	next  int      // the first element not yet sent
-	owed  int      // calls of the array in flight not yet settled
-	from  int      // the array in flight is elems[from:next]
+	// arena, when not nil, holds "[" and the elements' frames, each after
+	// a separator, laid out as they were added (see Room): while every
+	// element is there, unsettled, and goes in one array, arena plus "]"
+	// is that array and nothing is copied. ids holds the clients' ids.
+	arena, ids []byte
+	inArena    bool     // every element added so far lies in arena
+	elems      []upElem // in client order
+	calls      []int32  // positions of the calls in elems, whose ids ascend
+	next       int      // the first element not yet sent
+	owed       int      // calls of the array in flight not yet settled
+	from       int      // the array in flight is elems[from:next]
 }
 
 // upElem is one forwarded element: a call (id != 0) or a notification.
@@ -33,9 +39,66 @@ type upElem struct {
 	settled bool
 }
 
+// NewUpstreamBatch returns a batch that lays its elements out in one buffer
+// as they are added through Room, sized for a client frame of frameLen
+// bytes holding n messages, so that the array it sends is that buffer.
+func NewUpstreamBatch(frameLen, n int) *UpstreamBatch {
+	// Each element's upstream frame is its client bytes with the id
+	// replaced by at most 20 digits; one separator each, and the brackets.
+	arena := make([]byte, 1, frameLen+21*n+2)
+	arena[0] = '['
+	return &UpstreamBatch{arena: arena, ids: make([]byte, 0, frameLen), inArena: true}
+}
+
+// Room returns an empty slice in the arena, where the next element's
+// frame goes (after room for its separator), to append the frame to;
+// passing the result to AddCall or AddNotification keeps it there. Without
+// an arena, or when the frame does not fit, the append allocates and the
+// element is simply kept elsewhere.
+func (u *UpstreamBatch) Room() []byte {
+	if pos := u.nextPos(); u.inArena && pos < cap(u.arena) {
+		return u.arena[pos:pos]
+	}
+	return nil
+}
+
+// nextPos is where the next element's frame starts in the arena.
+func (u *UpstreamBatch) nextPos() int {
+	if len(u.elems) == 0 {
+		return len(u.arena)
+	}
+	return len(u.arena) + 1 // after the separator
+}
+
+// KeepID returns a copy of a client's id that lives as long as the batch.
+func (u *UpstreamBatch) KeepID(id []byte) []byte {
+	if len(u.ids)+len(id) > cap(u.ids) {
+		return append([]byte(nil), id...)
+	}
+	n := len(u.ids)
+	u.ids = append(u.ids, id...)
+	return u.ids[n:len(u.ids):len(u.ids)]
+}
+
+// place extends the arena over frame when frame was built where Room
+// pointed; otherwise the arena no longer holds the whole batch.
+func (u *UpstreamBatch) place(frame []byte) {
+	pos := u.nextPos()
+	if !u.inArena || len(frame) == 0 || pos+len(frame) > cap(u.arena) || &frame[0] != &u.arena[:pos+1][pos] {
+		u.inArena = false
+		return
+	}
+	if pos > len(u.arena) {
+		u.arena = u.arena[:pos]
+		u.arena[pos-1] = ','
+	}
+	u.arena = u.arena[:pos+len(frame)]
+}
+
 // AddCall appends a call with upstream id id, whose upstream frame is frame.
 // Ids must increase from one call to the next.
 func (u *UpstreamBatch) AddCall(id uint64, frame []byte) {
+	u.place(frame)
 	u.calls = append(u.calls, int32(len(u.elems)))
 	u.elems = append(u.elems, upElem{id: id, frame: frame})
 }
@@ -43,6 +106,7 @@ func (u *UpstreamBatch) AddCall(id uint64, frame []byte) {
 // AddNotification appends a notification, which travels in the array in its
 // place and is answered by nothing.
 func (u *UpstreamBatch) AddNotification(frame []byte) {
+	u.place(frame)
 	u.elems = append(u.elems, upElem{frame: frame})
 }
 
@@ -56,6 +120,11 @@ func (u *UpstreamBatch) Len() int { return len(u.elems) }
 // (notifications only) is answered by nothing, so the next one follows it at
 // once. It appends nothing when nothing is left to send.
 func (u *UpstreamBatch) NextArrays(dst [][]byte, max int) [][]byte {
+	if u.next == 0 && u.inArena && len(u.elems) > 1 && (max <= 0 || len(u.elems) <= max) && len(u.arena) < cap(u.arena) && u.noneSettled() {
+		// The whole batch in one array, as laid out: no copy.
+		u.from, u.next, u.owed = 0, len(u.elems), len(u.calls)
+		return append(dst, append(u.arena, ']'))
+	}
 	for u.owed == 0 && u.next < len(u.elems) {
 		end := len(u.elems)
 		if max > 0 && end-u.next > max {
@@ -97,6 +166,15 @@ func (u *UpstreamBatch) NextArrays(dst [][]byte, max int) [][]byte {
 		dst = append(dst, append(out, ']'))
 	}
 	return dst
+}
+
+func (u *UpstreamBatch) noneSettled() bool {
+	for i := range u.elems {
+		if u.elems[i].settled {
+			return false
+		}
+	}
+	return true
 }
 
 // index returns the position of call id, or -1.

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -130,6 +131,70 @@ func TestUpstreamBatch(t *testing.T) {
 		}
 		if !u.Settle(2) {
 			t.Error("the array in flight is settled whole: the next one is due")
+		}
+	})
+}
+
+// TestUpstreamBatchArena: elements built where Room points make up the
+// array without a copy; anything else falls back to building it.
+func TestUpstreamBatchArena(t *testing.T) {
+	frame := `[{"id":"a"},{"n":1},{"id":"b"}]`
+	t.Run("whole batch, no copy", func(t *testing.T) {
+		u := NewUpstreamBatch(len(frame), 3)
+		u.AddCall(1, append(u.Room(), `{"id":1}`...))
+		// A refused element leaves nothing behind: it is built in the
+		// room and never added.
+		_ = append(u.Room(), `{"id":"refused"}`...)
+		u.AddNotification(append(u.Room(), `{"n":1}`...))
+		u.AddCall(2, append(u.Room(), `{"id":2}`...))
+		if id := u.KeepID([]byte(`"a"`)); string(id) != `"a"` {
+			t.Fatalf("KeepID = %s", id)
+		}
+		out := u.NextArrays(nil, 0)
+		if len(out) != 1 || string(out[0]) != `[{"id":1},{"n":1},{"id":2}]` {
+			t.Fatalf("sent %q", out)
+		}
+		if &out[0][0] != &u.arena[0] {
+			t.Error("the array was copied")
+		}
+		if u.Settle(1) || u.Settle(2) {
+			t.Error("settling the whole array leaves nothing to send")
+		}
+	})
+	t.Run("settled before sending is copied without it", func(t *testing.T) {
+		u := NewUpstreamBatch(len(frame), 3)
+		u.AddCall(1, append(u.Room(), `{"id":1}`...))
+		u.AddCall(2, append(u.Room(), `{"id":2}`...))
+		u.AddCall(3, append(u.Room(), `{"id":3}`...))
+		u.Settle(2)
+		if out := u.NextArrays(nil, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":3}]` {
+			t.Fatalf("sent %q", out)
+		}
+	})
+	t.Run("an element built elsewhere", func(t *testing.T) {
+		u := NewUpstreamBatch(len(frame), 3)
+		u.AddCall(1, append(u.Room(), `{"id":1}`...))
+		u.AddCall(2, []byte(`{"id":2}`))
+		u.AddCall(3, append(u.Room(), `{"id":3}`...))
+		if out := u.NextArrays(nil, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2},{"id":3}]` {
+			t.Fatalf("sent %q", out)
+		}
+	})
+	t.Run("arena too small", func(t *testing.T) {
+		u := NewUpstreamBatch(0, 0) // room for "[" and "]" only
+		u.AddCall(1, append(u.Room(), `{"id":1}`...))
+		u.AddCall(2, append(u.Room(), `{"id":2}`...))
+		if out := u.NextArrays(nil, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2}]` {
+			t.Fatalf("sent %q", out)
+		}
+	})
+	t.Run("chunks", func(t *testing.T) {
+		u := NewUpstreamBatch(len(frame), 3)
+		for id := uint64(1); id <= 3; id++ {
+			u.AddCall(id, append(u.Room(), fmt.Sprintf(`{"id":%d}`, id)...))
+		}
+		if out := u.NextArrays(nil, 2); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2}]` {
+			t.Fatalf("sent %q", out)
 		}
 	})
 }
