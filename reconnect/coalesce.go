@@ -24,8 +24,15 @@ const coalesceKeep = coalesceLimit
 const coalesceIdleKeep = 64 << 10
 
 // flushChunk bounds one write to the socket, so that progress on a slow
-// socket is seen a chunk at a time rather than once per batch of many MiB.
-const flushChunk = 256 << 10
+// socket is seen a chunk at a time (see liveness) rather than once per batch
+// of many MiB.
+const flushChunk = 64 << 10
+
+// blockedWrite is how long a socket write must have taken to count as one
+// that waited for the socket: copying a chunk into a socket buffer with room
+// takes microseconds, so a write that took this long had to wait until the
+// peer acknowledged earlier bytes (see liveness).
+const blockedWrite = time.Millisecond
 
 // flusherLinger is how long an idle flusher waits for more before it exits:
 // long enough that a busy connection keeps one goroutine instead of starting
@@ -55,10 +62,15 @@ const flusherLinger = 2 * time.Millisecond
 // An error from the socket is returned by the next Write (and every one
 // after); the connection is broken by then and its reader fails too. Close
 // makes every waiting and later Write fail with net.ErrClosed; bytes still
-// queued are dropped, as a socket's unsent data is. Write and Close may be
-// called concurrently.
+// queued are dropped, as a socket's unsent data is. Write, Read and Close may
+// be called concurrently.
 type coalescingConn struct {
 	net.Conn
+
+	// live, if set, is told of reads and of writes that had to wait for
+	// the socket (see liveness). Set by liveness.watch before the conn
+	// is used, never changed.
+	live *liveness
 
 	mu       sync.Mutex
 	drained  sync.Cond     // broadcast when the flusher takes a batch, fails, or exits, and on Close
@@ -101,6 +113,23 @@ func (c *coalescingConn) Write(p []byte) (int, error) {
 	}
 	c.mu.Unlock()
 	return len(p), nil
+}
+
+// Read reads from the socket, telling live when bytes arrived.
+func (c *coalescingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.live != nil {
+		c.live.progressed()
+	}
+	return n, err
+}
+
+// backlogged reports whether bytes are queued or being written, i.e.
+// whether a frame written now would wait behind others.
+func (c *coalescingConn) backlogged() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err == nil && (c.writing || len(c.buf) > 0)
 }
 
 // Close closes the socket. Waiting and later Writes fail with net.ErrClosed.
@@ -166,10 +195,14 @@ func (c *coalescingConn) flush() {
 func (c *coalescingConn) writeOut(out []byte) error {
 	for len(out) > 0 {
 		n := min(len(out), flushChunk)
+		start := time.Now()
 		if _, err := c.Conn.Write(out[:n]); err != nil {
 			return err
 		}
 		out = out[n:]
+		if c.live != nil && time.Since(start) >= blockedWrite {
+			c.live.progressed() // the socket made room: the node is taking our bytes
+		}
 	}
 	return nil
 }

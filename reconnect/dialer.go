@@ -51,10 +51,16 @@ type DialFunc func(ctx context.Context) (*websocket.Conn, error)
 //
 // The returned DialFunc is safe for concurrent use.
 func WebSocketDialer(rawURL string, header http.Header, readLimit int64) DialFunc {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return webSocketDialer(rawURL, header, readLimit, d.DialContext)
+}
+
+// webSocketDialer is WebSocketDialer opening its sockets with dialNet.
+func webSocketDialer(rawURL string, header http.Header, readLimit int64, dialNet func(ctx context.Context, network, addr string) (net.Conn, error)) DialFunc {
 	if readLimit <= 0 {
 		readLimit = DefaultReadLimit
 	}
-	opts := &websocket.DialOptions{HTTPHeader: header.Clone(), HTTPClient: coalescingClient()}
+	opts := &websocket.DialOptions{HTTPHeader: header.Clone(), HTTPClient: coalescingClient(dialNet)}
 	prefix := "dial upstream " + Redact(rawURL) + ": "
 	scrub := urlScrubber(rawURL)
 	return func(ctx context.Context) (*websocket.Conn, error) {
@@ -144,23 +150,31 @@ func redirectError(resp *http.Response) error {
 }
 
 // coalescingClient is the HTTP client for the upstream handshake: its
-// connections coalesce writes (see coalescingConn), which the WebSocket
-// then inherits. It follows no redirect (see ErrRedirect): the redirect
-// response itself comes back to websocket.Dial, which fails on it. Proxy
-// settings come from the environment as with http.DefaultTransport.
-func coalescingClient() *http.Client {
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+// connections, opened by dialNet, coalesce writes (see coalescingConn),
+// which the WebSocket then inherits, and report their progress to the
+// liveness the dial's ctx carries, if any (see withLiveness). Every dial
+// opens a new connection (no keep-alive pool), so the socket a WebSocket
+// gets is always the one its own dial opened and watched. It follows no
+// redirect (see ErrRedirect): the redirect response itself comes back to
+// websocket.Dial, which fails on it. Proxy settings come from the
+// environment as with http.DefaultTransport.
+func coalescingClient(dialNet func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
 	return &http.Client{
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Transport: &http.Transport{
 			Proxy: http.ProxyFromEnvironment,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				c, err := d.DialContext(ctx, network, addr)
+				c, err := dialNet(ctx, network, addr)
 				if err != nil {
 					return nil, err
 				}
-				return newCoalescingConn(c), nil
+				cc := newCoalescingConn(c)
+				if l := livenessFrom(ctx); l != nil {
+					l.watch(cc)
+				}
+				return cc, nil
 			},
+			DisableKeepAlives:   true,
 			TLSHandshakeTimeout: 10 * time.Second,
 		},
 	}
