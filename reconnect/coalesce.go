@@ -7,9 +7,32 @@ import (
 )
 
 // coalesceLimit bounds what a coalescingConn holds unwritten; a writer
-// past it waits for the socket, which is how backpressure still reaches the
-// callers.
+// that finds more than this queued waits for the socket, which is how
+// backpressure still reaches the callers. One Write is never split or
+// refused: a writer that finds at most coalesceLimit queued appends all of
+// p, so the queue can exceed the limit by one Write (a frame of any size
+// goes through once the queue ahead of it has been taken by the flusher).
 const coalesceLimit = 4 << 20
+
+// coalesceKeep is the largest buffer a coalescingConn keeps for reuse
+// while it is busy; a batch that grew past it is dropped once written, so a
+// few huge frames do not pin their memory for the connection's life.
+const coalesceKeep = coalesceLimit
+
+// coalesceIdleKeep is the largest buffer kept while the connection is idle
+// (no flusher running): an idle connection holds at most two of these.
+const coalesceIdleKeep = 64 << 10
+
+// flushChunk bounds one write to the socket, so that progress on a slow
+// socket is seen a chunk at a time (see liveness) rather than once per batch
+// of many MiB.
+const flushChunk = 64 << 10
+
+// blockedWrite is how long a socket write must have taken to count as one
+// that waited for the socket: copying a chunk into a socket buffer with room
+// takes microseconds, so a write that took this long had to wait until the
+// peer acknowledged earlier bytes (see liveness).
+const blockedWrite = time.Millisecond
 
 // flusherLinger is how long an idle flusher waits for more before it exits:
 // long enough that a busy connection keeps one goroutine instead of starting
@@ -21,22 +44,41 @@ const flusherLinger = 2 * time.Millisecond
 // own, under its own write lock, so on a socket that many clients share each
 // request would cost a system call and the next writer would wait for it.
 // Here Write only appends to a buffer; one flusher goroutine, started when
-// the buffer goes from empty to not, writes out everything that has queued
-// meanwhile in one call, and exits once the buffer has stayed empty for
-// flusherLinger. Frames keep their order.
+// the buffer goes from empty to not, takes everything that has queued
+// meanwhile and writes it out, and exits once the buffer has stayed empty
+// for flusherLinger. Bytes keep their order, and the bytes of one Write stay
+// together.
+//
+// Buffers and who owns them (all under mu): buf is the batch being filled,
+// appended to by Write only. The flusher takes buf as its batch and, outside
+// mu, writes it; while it does, that array is referenced by the flusher alone:
+// it is neither buf nor spare. spare is an empty array referenced by nobody,
+// or nil; the flusher makes it the next buf (and sets spare to nil) when it
+// takes a batch, and puts the written batch back as spare only after the
+// socket write has returned, and only if it is not larger than coalesceKeep
+// (coalesceIdleKeep once the flusher exits). So no array is ever appended to
+// while it is being written, nor handed out twice.
 //
 // An error from the socket is returned by the next Write (and every one
-// after); the connection is broken by then and its reader fails too.
-// Write and Close may be called concurrently.
+// after); the connection is broken by then and its reader fails too. Close
+// makes every waiting and later Write fail with net.ErrClosed; bytes still
+// queued are dropped, as a socket's unsent data is. Write, Read and Close may
+// be called concurrently.
 type coalescingConn struct {
 	net.Conn
 
+	// live, if set, is told of reads and of writes that had to wait for
+	// the socket (see liveness). Set by liveness.watch before the conn
+	// is used, never changed.
+	live *liveness
+
 	mu       sync.Mutex
-	drained  sync.Cond // signalled whenever the flusher has written a batch
-	buf      []byte
-	spare    []byte
-	flushing bool
-	err      error
+	drained  sync.Cond     // broadcast when the flusher takes a batch, fails, or exits, and on Close
+	buf      []byte        // the batch being filled; appended to by Write
+	spare    []byte        // an unreferenced empty array for the next batch, or nil
+	writing  bool          // the flusher is writing a batch outside mu
+	flushing bool          // a flusher goroutine is running
+	err      error         // sticky: the first socket error, or net.ErrClosed after Close
 	more     chan struct{} // cap 1: Write added to buf while a flusher runs
 }
 
@@ -46,6 +88,9 @@ func newCoalescingConn(c net.Conn) *coalescingConn {
 	return cc
 }
 
+// Write queues p and returns len(p), or the connection's error. It waits
+// while more than coalesceLimit bytes are queued and not yet taken by the
+// flusher.
 func (c *coalescingConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	for c.err == nil && len(c.buf) > coalesceLimit {
@@ -70,6 +115,36 @@ func (c *coalescingConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Read reads from the socket, telling live when bytes arrived.
+func (c *coalescingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.live != nil {
+		c.live.progressed()
+	}
+	return n, err
+}
+
+// backlogged reports whether bytes are queued or being written, i.e.
+// whether a frame written now would wait behind others.
+func (c *coalescingConn) backlogged() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err == nil && (c.writing || len(c.buf) > 0)
+}
+
+// Close closes the socket. Waiting and later Writes fail with net.ErrClosed.
+func (c *coalescingConn) Close() error {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = net.ErrClosed
+	}
+	c.drained.Broadcast()
+	c.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// flush is the flusher goroutine: it writes batches until the buffer has
+// stayed empty for flusherLinger or the socket fails.
 func (c *coalescingConn) flush() {
 	linger := time.NewTimer(flusherLinger)
 	defer linger.Stop()
@@ -86,21 +161,48 @@ func (c *coalescingConn) flush() {
 			if len(c.buf) == 0 {
 				break
 			}
+			continue // re-check err: Close may have come meanwhile
 		}
 		out := c.buf
-		c.buf = c.spare[:0]
+		c.buf, c.spare = c.spare[:0], nil
+		c.writing = true
+		c.drained.Broadcast() // the queue is empty again: waiting writers may append
 		c.mu.Unlock()
-		_, err := c.Conn.Write(out)
+		err := c.writeOut(out)
 		c.mu.Lock()
-		if cap(out) <= coalesceLimit {
+		c.writing = false
+		if cap(out) <= coalesceKeep {
 			c.spare = out[:0]
 		}
-		if err != nil {
+		if err != nil && c.err == nil {
 			c.err = err
 		}
-		c.drained.Broadcast()
 	}
 	c.flushing = false
+	// Idle (or broken): keep no more than a small buffer.
+	if cap(c.buf) > coalesceIdleKeep || c.err != nil {
+		c.buf = nil
+	}
+	if cap(c.spare) > coalesceIdleKeep || c.err != nil {
+		c.spare = nil
+	}
 	c.drained.Broadcast()
 	c.mu.Unlock()
+}
+
+// writeOut writes out to the socket a chunk at a time. Called by the
+// flusher without mu; out belongs to the flusher until it returns.
+func (c *coalescingConn) writeOut(out []byte) error {
+	for len(out) > 0 {
+		n := min(len(out), flushChunk)
+		start := time.Now()
+		if _, err := c.Conn.Write(out[:n]); err != nil {
+			return err
+		}
+		out = out[n:]
+		if c.live != nil && time.Since(start) >= blockedWrite {
+			c.live.progressed() // the socket made room: the node is taking our bytes
+		}
+	}
+	return nil
 }

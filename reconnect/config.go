@@ -34,12 +34,20 @@ type Config struct {
 	// before redialling. <= 0 means DefaultHealthyAfter (30s).
 	HealthyAfter time.Duration
 
-	// PingInterval between keepalive pings. 0 means DefaultPingInterval (15s);
-	// < 0 disables keepalive.
+	// PingInterval is how long the connection may be quiet (no proof of life,
+	// see PingTimeout) before keepalive sends a ping. A busy connection is not
+	// pinged. 0 means DefaultPingInterval (15s); < 0 disables keepalive.
 	PingInterval time.Duration
 
-	// PingTimeout is how long a ping may wait for its pong before the connection is
-	// considered dead. <= 0 means DefaultPingTimeout (10s).
+	// PingTimeout is how long after that ping the connection may still show no
+	// progress before it is considered dead and dropped; a silent node is thus
+	// dropped PingInterval+PingTimeout after its last sign of life. Progress
+	// (proof of life) is any byte read from the node (answers, pushes, pongs,
+	// part of a large answer), or a socket write of ours that had to wait for
+	// the socket to make room and then completed: a node that reads our
+	// backlog, however slowly, is alive even while a ping would wait behind
+	// that backlog. With a Dial other than [WebSocketDialer] only pongs count.
+	// <= 0 means DefaultPingTimeout (10s).
 	PingTimeout time.Duration
 
 	// DialTimeout bounds each dial attempt. <= 0 means DefaultDialTimeout (10s).

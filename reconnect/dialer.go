@@ -3,6 +3,8 @@ package reconnect
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,6 +20,13 @@ import (
 // [WebSocketDialer] is given a non-positive read limit. Ethereum nodes send large
 // responses (blocks with full transactions, traces, logs), hence the generous limit.
 const DefaultReadLimit = 128 << 20
+
+// ErrRedirect is wrapped by the error of a [WebSocketDialer] dial whose
+// handshake was answered with an HTTP redirect. Redirects are not followed:
+// the handshake carries the configured headers (API keys, Authorization),
+// and a WebSocket endpoint that redirects is a misconfiguration; configure
+// the URL it redirects to instead.
+var ErrRedirect = errors.New("upstream redirected the WebSocket handshake; redirects are not followed")
 
 // DialFunc opens one upstream connection. ctx bounds the dial attempt only; the
 // returned connection must stay usable after ctx is done. A DialFunc may be called
@@ -35,17 +44,31 @@ type DialFunc func(ctx context.Context) (*websocket.Conn, error)
 // error stays reachable through errors.Unwrap / errors.Is / errors.As, and its own
 // message may contain the raw URL, so do not log an unwrapped cause.
 //
+// An HTTP redirect in answer to the handshake is not followed, so the headers
+// and the URL's secrets never reach another origin (or the same one under
+// another path); the dial fails with an error wrapping [ErrRedirect] that
+// names the status code and the redirect target's scheme and host only.
+//
 // The returned DialFunc is safe for concurrent use.
 func WebSocketDialer(rawURL string, header http.Header, readLimit int64) DialFunc {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return webSocketDialer(rawURL, header, readLimit, d.DialContext)
+}
+
+// webSocketDialer is WebSocketDialer opening its sockets with dialNet.
+func webSocketDialer(rawURL string, header http.Header, readLimit int64, dialNet func(ctx context.Context, network, addr string) (net.Conn, error)) DialFunc {
 	if readLimit <= 0 {
 		readLimit = DefaultReadLimit
 	}
-	opts := &websocket.DialOptions{HTTPHeader: header.Clone(), HTTPClient: coalescingClient()}
+	opts := &websocket.DialOptions{HTTPHeader: header.Clone(), HTTPClient: coalescingClient(dialNet)}
 	prefix := "dial upstream " + Redact(rawURL) + ": "
 	scrub := urlScrubber(rawURL)
 	return func(ctx context.Context) (*websocket.Conn, error) {
-		c, _, err := websocket.Dial(ctx, rawURL, opts)
+		c, resp, err := websocket.Dial(ctx, rawURL, opts)
 		if err != nil {
+			if rerr := redirectError(resp); rerr != nil {
+				return nil, &dialError{msg: prefix + rerr.Error(), err: rerr}
+			}
 			return nil, &dialError{msg: prefix + scrub.Replace(err.Error()), err: err}
 		}
 		c.SetReadLimit(readLimit)
@@ -111,21 +134,48 @@ func urlScrubber(rawURL string) *strings.Replacer {
 	return strings.NewReplacer(args...)
 }
 
+// redirectError returns an error wrapping ErrRedirect if resp, the answer to
+// a failed handshake, is a redirect, and nil otherwise. Its text names the
+// status and the target's scheme://host only: the target's path, query and
+// userinfo may carry the same secrets as the upstream URL.
+func redirectError(resp *http.Response) error {
+	if resp == nil || resp.StatusCode < 300 || resp.StatusCode > 399 || resp.Header.Get("Location") == "" {
+		return nil
+	}
+	target := "an unreadable location"
+	if loc, err := resp.Location(); err == nil && loc.Host != "" {
+		target = loc.Scheme + "://" + loc.Host
+	}
+	return fmt.Errorf("%w: %d %s to %s", ErrRedirect, resp.StatusCode, http.StatusText(resp.StatusCode), target)
+}
+
 // coalescingClient is the HTTP client for the upstream handshake: its
-// connections coalesce writes (see coalescingConn), which the WebSocket
-// then inherits. Proxy settings come from the environment as with
-// http.DefaultTransport.
-func coalescingClient() *http.Client {
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Client{Transport: &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return newCoalescingConn(c), nil
+// connections, opened by dialNet, coalesce writes (see coalescingConn),
+// which the WebSocket then inherits, and report their progress to the
+// liveness the dial's ctx carries, if any (see withLiveness). Every dial
+// opens a new connection (no keep-alive pool), so the socket a WebSocket
+// gets is always the one its own dial opened and watched. It follows no
+// redirect (see ErrRedirect): the redirect response itself comes back to
+// websocket.Dial, which fails on it. Proxy settings come from the
+// environment as with http.DefaultTransport.
+func coalescingClient(dialNet func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
+	return &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			Proxy: http.ProxyFromEnvironment,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := dialNet(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				cc := newCoalescingConn(c)
+				if l := livenessFrom(ctx); l != nil {
+					l.watch(cc)
+				}
+				return cc, nil
+			},
+			DisableKeepAlives:   true,
+			TLSHandshakeTimeout: 10 * time.Second,
 		},
-		TLSHandshakeTimeout: 10 * time.Second,
-	}}
+	}
 }

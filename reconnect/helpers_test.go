@@ -2,7 +2,11 @@ package reconnect
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/base64"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -147,3 +151,102 @@ func attr(r slog.Record, key string) slog.Value {
 	})
 	return v
 }
+
+// pipeNode is a WebSocket node served over in-memory pipes, so that a test
+// can run node and client inside a synctest bubble.
+type pipeNode struct {
+	l        *pipeListener
+	srv      *http.Server
+	handlers sync.WaitGroup
+}
+
+// newPipeNode serves h for every connection dialled through the node's
+// dial. h must return once its connection fails; call stop before the
+// bubble's function returns.
+func newPipeNode(h func(c *websocket.Conn, r *http.Request)) *pipeNode {
+	n := &pipeNode{l: &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}}
+	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.handlers.Add(1)
+		defer n.handlers.Done()
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		h(c, r)
+	})}
+	go n.srv.Serve(n.l)
+	return n
+}
+
+// newBlackHoleNode accepts the WebSocket handshake and then reads and
+// discards everything, answering nothing, not even pings: a node whose
+// socket takes every byte while nothing behind it is alive.
+func newBlackHoleNode() *pipeNode {
+	n := &pipeNode{l: &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}}
+	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.handlers.Add(1)
+		defer n.handlers.Done()
+		sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+			base64.StdEncoding.EncodeToString(sum[:]) + "\r\n\r\n")
+		if rw.Flush() == nil {
+			io.Copy(io.Discard, rw)
+		}
+	})}
+	go n.srv.Serve(n.l)
+	return n
+}
+
+// dial is a dialNet for webSocketDialer: it connects to the node whatever
+// the address.
+func (n *pipeNode) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case n.l.conns <- server:
+		return client, nil
+	case <-n.l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// stop closes the node and waits for its handlers to return.
+func (n *pipeNode) stop() {
+	n.srv.Close()
+	n.handlers.Wait()
+}
+
+// pipeListener is a net.Listener whose connections come from pipeNode's dialNet.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }

@@ -1,11 +1,14 @@
 package reconnect
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coder/websocket"
@@ -68,5 +71,121 @@ func TestKeepaliveHealthyUpstream(t *testing.T) {
 	stop()
 	if n := len(gens); n != 1 {
 		t.Errorf("served %d connections, want 1 (pongs answered, no reconnect)", n)
+	}
+}
+
+// TestKeepaliveJudgesByProgress runs the supervisor against nodes that
+// read muxd's backlog at various paces, in a synctest bubble (fake time,
+// in-memory sockets). muxd queues more than coalesceLimit, so a ping would
+// wait behind it for longer than PingInterval+PingTimeout: a node that
+// reads steadily must be kept although no pong can come back in time; a
+// node that stops reading and answering must be dropped PingInterval +
+// PingTimeout after its last sign of life.
+func TestKeepaliveJudgesByProgress(t *testing.T) {
+	const (
+		interval  = 2 * time.Second
+		timeout   = 2 * time.Second
+		frameSize = 16 << 10
+		frames    = 400                    // 6.4 MiB
+		readEvery = 100 * time.Millisecond // the node reads 160 KiB/s
+		readFor   = 30 * time.Second       // < frames*readEvery: the backlog lasts throughout
+	)
+	// readSlowly reads up to n frames, one per readEvery, answering each
+	// if answer is set, then stops reading and answering until done.
+	readSlowly := func(n int, answer bool) func(c *websocket.Conn, done <-chan struct{}) {
+		return func(c *websocket.Conn, done <-chan struct{}) {
+			ctx := context.Background()
+			for range n {
+				if _, _, err := c.Read(ctx); err != nil {
+					return
+				}
+				if answer {
+					if err := c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":1,"result":"0x1"}`)); err != nil {
+						return
+					}
+				}
+				time.Sleep(readEvery)
+			}
+			<-done
+		}
+	}
+	tests := []struct {
+		name     string
+		node     func(c *websocket.Conn, done <-chan struct{}) // nil: a black hole (newBlackHoleNode)
+		light    bool                                          // muxd sends a small frame every readEvery instead of a backlog
+		lostWhen time.Duration                                 // when the connection is dropped; 0: never (within readFor)
+	}{
+		{"reads slowly, answers nothing", readSlowly(frames, false), false, 0},
+		{"reads slowly, answers each frame", readSlowly(frames, true), false, 0},
+		{"reads nothing", readSlowly(0, false), false, interval + timeout},
+		{"reads 20 frames, then nothing", readSlowly(20, false), false, 20*readEvery + interval + timeout},
+		// Every write is taken at once, none with anything queued behind it:
+		// that proves nothing, and the unanswered ping decides.
+		{"takes light traffic, answers nothing", nil, true, interval + timeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				done := make(chan struct{})
+				var node *pipeNode
+				if tt.node != nil {
+					node = newPipeNode(func(c *websocket.Conn, _ *http.Request) { tt.node(c, done) })
+				} else {
+					node = newBlackHoleNode()
+				}
+				defer node.stop()
+				defer close(done)
+				logs := newLogRecorder()
+				s := New(Config{
+					Dial:         webSocketDialer("ws://node.test/", nil, 0, node.dial),
+					NewBackOff:   fastBackOff,
+					PingInterval: interval,
+					PingTimeout:  timeout,
+					Logger:       slog.New(logs),
+				})
+				var traffic sync.WaitGroup
+				defer traffic.Wait() // after stop: the connection is closed
+				start := time.Now()
+				stop := runSupervisor(t, s, func(ctx context.Context, c *Conn) error {
+					traffic.Go(func() { // muxd's traffic; ends once the connection fails
+						msg := bytes.Repeat([]byte("x"), frameSize)
+						for range frames {
+							if c.Write(context.Background(), websocket.MessageText, msg) != nil {
+								return
+							}
+							if tt.light {
+								time.Sleep(readEvery)
+							}
+						}
+					})
+					return readUntilError(ctx, c)
+				})
+				defer stop()
+
+				if tt.lostWhen == 0 {
+					time.Sleep(readFor)
+					synctest.Wait()
+					for len(logs.ch) > 0 {
+						if r := <-logs.ch; r.Message == "upstream lost" {
+							t.Fatalf("a node reading steadily was dropped after %v: %v", attr(r, "lived"), attr(r, "err"))
+						}
+					}
+					stop()
+					return
+				}
+				r := logs.next(t, "upstream lost")
+				if err, _ := attr(r, "err").Any().(error); !errors.Is(err, ErrPingTimeout) {
+					t.Errorf("upstream lost err = %v, want ErrPingTimeout", err)
+				}
+				// Our writes show progress a socket write (flushChunk) at
+				// a time: the last sign of life can come up to that much
+				// reading before the node's last read.
+				early := time.Duration(flushChunk/frameSize) * readEvery
+				if lived := time.Since(start); lived < tt.lostWhen-early || lived > tt.lostWhen {
+					t.Errorf("dropped after %s, want between %s and %s", lived, tt.lostWhen-early, tt.lostWhen)
+				}
+				stop()
+			})
+		})
 	}
 }

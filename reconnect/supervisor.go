@@ -43,9 +43,10 @@ func New(cfg Config) *Supervisor {
 
 // Run dials until it succeeds (with backoff between attempts, forever, until ctx is
 // done), then calls serve(ctx, conn) for that connection on Run's goroutine. While
-// serve runs, a keepalive goroutine pings the connection every PingInterval; a ping
-// without pong within PingTimeout closes the connection with CloseNow, so serve's Read
-// fails and serve returns. When serve returns, Run closes the connection (CloseNow),
+// serve runs, a keepalive goroutine watches the connection's progress: once nothing
+// has come from the node for PingInterval it sends a ping, and if nothing has
+// progressed PingTimeout later it closes the connection with CloseNow, so serve's Read
+// fails and serve returns (see [Config.PingTimeout] for what counts as progress). When serve returns, Run closes the connection (CloseNow),
 // waits for the keepalive goroutine, and, after a backoff delay (the backoff is reset
 // first if the connection lived at least HealthyAfter), dials again.
 //
@@ -61,7 +62,7 @@ func New(cfg Config) *Supervisor {
 func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c *Conn) error) error {
 	b := s.cfg.NewBackOff()
 	for {
-		ws, err := s.dial(ctx)
+		ws, live, err := s.dial(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -83,7 +84,7 @@ func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c 
 		c := &Conn{Conn: ws, Gen: s.gen.Add(1)}
 		s.log.Info("upstream connected", "gen", c.Gen)
 		start := time.Now()
-		err = s.session(ctx, c, serve)
+		err = s.session(ctx, c, live, serve)
 		lived := time.Since(start)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -102,28 +103,31 @@ func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c 
 	}
 }
 
-// dial makes one attempt bounded by DialTimeout.
-func (s *Supervisor) dial(ctx context.Context) (*websocket.Conn, error) {
+// dial makes one attempt bounded by DialTimeout. The liveness it returns
+// watches the new connection's socket if the DialFunc is a WebSocketDialer
+// (see withLiveness); with another DialFunc only pongs count as progress.
+func (s *Supervisor) dial(ctx context.Context) (*websocket.Conn, *liveness, error) {
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()
-	c, err := s.cfg.Dial(dctx)
+	live := newLiveness()
+	c, err := s.cfg.Dial(withLiveness(dctx, live))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if c == nil {
-		return nil, errors.New("reconnect: DialFunc returned neither a connection nor an error")
+		return nil, nil, errors.New("reconnect: DialFunc returned neither a connection nor an error")
 	}
 	if ctx.Err() != nil {
 		c.CloseNow()
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	return c, nil
+	return c, live, nil
 }
 
 // session runs serve for c with keepalive and shutdown handling and returns why the
 // connection ended: the keepalive error if a ping timed out, else serve's error.
 // c is closed and all helpers have finished when session returns.
-func (s *Supervisor) session(ctx context.Context, c *Conn, serve func(context.Context, *Conn) error) (err error) {
+func (s *Supervisor) session(ctx context.Context, c *Conn, live *liveness, serve func(context.Context, *Conn) error) (err error) {
 	serveCtx, cancelServe := context.WithCancel(context.WithoutCancel(ctx))
 
 	pingCtx, stopPing := context.WithCancel(context.Background())
@@ -132,7 +136,7 @@ func (s *Supervisor) session(ctx context.Context, c *Conn, serve func(context.Co
 	if s.cfg.PingInterval > 0 {
 		go func() {
 			defer close(pingDone)
-			pingErr = keepalive(pingCtx, c.Conn, s.cfg.PingInterval, s.cfg.PingTimeout)
+			pingErr = keepalive(pingCtx, c.Conn, live, s.cfg.PingInterval, s.cfg.PingTimeout)
 		}()
 	} else {
 		close(pingDone)

@@ -1,0 +1,80 @@
+package reconnect
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// liveness records when one upstream connection last showed that the node
+// is alive: proof of life, as keepalive judges it. Two things count:
+//
+//   - any byte read from the node's socket (an answer, a push, a pong, or
+//     part of one: a large answer arriving slowly counts all along);
+//   - a socket write of ours that had to wait for the socket (took at least
+//     blockedWrite) and then completed: the socket buffer was full and the
+//     node's side made room by acknowledging what we had sent, so the node
+//     is taking our bytes, however slowly. A write the socket took at once
+//     does not count: the kernel takes a few MiB on its own even when the
+//     node is gone. (A node whose process hangs with a live kernel is
+//     caught once its receive buffer is full and our writes stop.)
+//
+// A successful ping counts too (its pong is also a byte read), which is all
+// there is when the connection was made by a DialFunc other than
+// [WebSocketDialer].
+//
+// Concurrency: progressed is called by whichever goroutines read and write
+// the socket (serve's reader, the coalescer's flusher, a ping), the other
+// methods by the keepalive goroutine; watch by the dialer before the socket
+// is used. Everything is atomic.
+type liveness struct {
+	start time.Time // monotonic origin of last
+	last  atomic.Int64
+	count atomic.Uint64
+	conn  atomic.Pointer[coalescingConn] // the socket, once the dialer made it
+}
+
+func newLiveness() *liveness { return &liveness{start: time.Now()} }
+
+// progressed records proof of life now.
+func (l *liveness) progressed() {
+	l.last.Store(int64(time.Since(l.start)))
+	l.count.Add(1)
+}
+
+// quietFor is how long ago proof of life was last recorded (or the
+// liveness made, if never).
+func (l *liveness) quietFor() time.Duration {
+	return time.Since(l.start) - time.Duration(l.last.Load())
+}
+
+// progress is a counter that changes whenever proof of life is recorded.
+func (l *liveness) progress() uint64 { return l.count.Load() }
+
+// backlogged reports whether our own writes are queued: a ping written now
+// would wait behind them.
+func (l *liveness) backlogged() bool {
+	c := l.conn.Load()
+	return c != nil && c.backlogged()
+}
+
+// watch makes l the liveness of socket c: c reports its reads and writes to
+// l. Called by the dialer before c is used.
+func (l *liveness) watch(c *coalescingConn) {
+	c.live = l
+	l.conn.Store(c)
+}
+
+type livenessKey struct{}
+
+// withLiveness returns ctx carrying l: a [WebSocketDialer] dial under it
+// makes l watch the socket it opens. The Supervisor passes one to each dial.
+func withLiveness(ctx context.Context, l *liveness) context.Context {
+	return context.WithValue(ctx, livenessKey{}, l)
+}
+
+// livenessFrom returns the liveness ctx carries, or nil.
+func livenessFrom(ctx context.Context) *liveness {
+	l, _ := ctx.Value(livenessKey{}).(*liveness)
+	return l
+}
