@@ -225,7 +225,7 @@ func (c *chaosConn) handleArray(frame []byte, wg *sync.WaitGroup) {
 		defer wg.Done()
 		parts := make([][]byte, 0, len(calls))
 		for i := len(calls) - 1; i >= 0; i-- {
-			parts = append(parts, echoAnswer(calls[i]))
+			parts = append(parts, chaosAnswer(calls[i]))
 		}
 		if len(parts) == 0 {
 			return
@@ -247,8 +247,8 @@ func mustJSON(m upMsg) []byte {
 	return b
 }
 
-// echoAnswer is the answer to an ordinary call: its params and method.
-func echoAnswer(m upMsg) []byte {
+// chaosAnswer is the answer to an ordinary call: its params and method.
+func chaosAnswer(m upMsg) []byte {
 	params := m.Params
 	if params == nil {
 		params = json.RawMessage("null")
@@ -286,7 +286,7 @@ func (c *chaosConn) answer(m upMsg) {
 		c.write(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%t}`, m.ID, ok))
 		return
 	}
-	resp := echoAnswer(m)
+	resp := chaosAnswer(m)
 	c.write(resp)
 	switch r := rand.N(100); {
 	case r < 3:
