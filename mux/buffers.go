@@ -96,6 +96,9 @@ type framePool struct {
 	// buffer that must grow grows to it at once, instead of by doubling.
 	large int
 	timer *time.Timer // armed while free is not empty
+	// onRelease, when set, is told how many bytes trim let go of (the
+	// server's reclaimer). Set before use; called without mu.
+	onRelease func(int)
 }
 
 type pooledFrame struct {
@@ -178,6 +181,12 @@ func (p *framePool) saw(n int) {
 // trim lets go of the buffers unused for framePoolIdle, and forgets the
 // size of large messages once none is left.
 func (p *framePool) trim() {
+	released := 0
+	defer func() {
+		if p.onRelease != nil {
+			p.onRelease(released) // after the deferred unlock below
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -187,6 +196,7 @@ func (p *framePool) trim() {
 			keep = append(keep, f)
 		} else {
 			p.bytes -= cap(f.buf)
+			released += cap(f.buf)
 		}
 	}
 	clear(p.free[len(keep):])

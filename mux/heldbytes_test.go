@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -160,11 +162,48 @@ func TestHeldBytesReleased(t *testing.T) {
 	if n := h.waitingLen(); n != 0 {
 		t.Errorf("waiting = %d after the client left", n)
 	}
+	// The client held 15 MiB: under the reclaim threshold, so no
+	// reclaim; TestReclaimer covers that path.
 	// The session's goroutines let go of their buffers as they end,
 	// just after the client is removed: wait for the heap to come down.
 	var after uint64
 	eventually(t, "heap back near its baseline", func() bool {
 		after = heap()
 		return after <= base+8*mib
+	})
+}
+
+// TestReclaimer: releases add up to a reclaim past the threshold, at most
+// one per reclaimMinGap, run on a timer (fake time: synctest).
+func TestReclaimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		r := &reclaimer{runs: func() { n.Add(1) }}
+		runs := func() int { return int(n.Load()) }
+		r.released(reclaimThreshold / 2)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if runs() != 0 {
+			t.Fatalf("%d reclaims under the threshold", runs())
+		}
+		r.released(reclaimThreshold / 2)
+		time.Sleep(reclaimDelay)
+		synctest.Wait()
+		if runs() != 1 {
+			t.Fatalf("%d reclaims after reaching the threshold, want 1", runs())
+		}
+		// Another release at once waits for the gap.
+		r.released(reclaimThreshold)
+		r.released(reclaimThreshold) // folded into the same run
+		time.Sleep(reclaimMinGap - time.Millisecond)
+		synctest.Wait()
+		if runs() != 1 {
+			t.Fatalf("%d reclaims within reclaimMinGap, want 1", runs())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if runs() != 2 {
+			t.Fatalf("%d reclaims after the gap, want 2", runs())
+		}
 	})
 }

@@ -83,6 +83,7 @@ type Metrics struct {
 	UpstreamConnected  prometheus.Gauge       // muxd_upstream_connected
 	UpstreamReconnects prometheus.Counter     // muxd_upstream_reconnects_total
 	Retried            prometheus.Counter     // muxd_requests_retried_total
+	MemoryReclaims     prometheus.Counter     // muxd_memory_reclaims_total
 	UpstreamSubs       prometheus.Gauge       // muxd_upstream_subscriptions
 	ClientSubs         prometheus.Gauge       // muxd_client_subscriptions
 	Pushes             prometheus.Counter     // muxd_pushes_delivered_total
@@ -122,6 +123,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		UpstreamReconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "muxd_upstream_reconnects_total", Help: "Upstream connections made after the first.",
+		}),
+		MemoryReclaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "muxd_memory_reclaims_total", Help: "Times muxd handed a large release of memory back to the OS at once.",
 		}),
 		Retried: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "muxd_requests_retried_total", Help: "Requests sent again on a new upstream connection after the old one was lost.",
@@ -168,7 +172,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Clients, m.Requests, m.Responses, m.Latency, m.InFlight,
-			m.UpstreamConnected, m.UpstreamReconnects, m.Retried, m.UpstreamSubs, m.ClientSubs,
+			m.UpstreamConnected, m.UpstreamReconnects, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
 			m.Pushes, m.SlowConsumers, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
 			m.ListenConnections)
 	}

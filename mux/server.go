@@ -42,6 +42,7 @@ type Server struct {
 	upChanged chan struct{} // closed and replaced whenever up changes (for waiters)
 	dropLog   dropLimiter
 	frames    framePool // the upstream reader's large frame buffers
+	reclaim   reclaimer // gives large releases back to the OS
 }
 
 // waitingRequest is a request accepted while no upstream was connected, or
@@ -78,6 +79,8 @@ func New(cfg Config) (*Server, error) {
 		clients:   make(map[router.ClientID]*Client),
 		upChanged: make(chan struct{}),
 	}
+	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
+	s.frames.onRelease = s.reclaim.released
 	s.sup = reconnect.New(reconnect.Config{
 		Dial:         cfg.Dial,
 		NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),
@@ -188,6 +191,7 @@ func (s *Server) removeClient(c *Client) {
 	clear(s.waiting[len(kept):])
 	s.waiting = kept
 	s.metrics.InFlight.Sub(float64(c.inflight))
+	s.reclaim.released(c.held)
 	c.inflight, c.held = 0, 0
 	frames = s.releaseSubscriptionsLocked(c)
 	up := s.up
