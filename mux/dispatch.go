@@ -122,7 +122,10 @@ func (s *Server) forwardAll(c *Client, frame []byte, msgs []router.Message, b *r
 }
 
 // maxKeptScan is the largest scan buffer a session keeps between frames.
-const maxKeptScan = 16
+// (Message is 144 bytes; append rounds a growing slice up to its size
+// class, so 10 messages already take a capacity of 18: a bound of 16 let a
+// batch of 10 regrow its buffer every time.)
+const maxKeptScan = 64
 
 // methodName returns m's method, without allocating for the methods muxd
 // knows (the common case on the hot path).

@@ -47,7 +47,10 @@ func NewUpstreamBatch(frameLen, n int) *UpstreamBatch {
 	// replaced by at most 20 digits; one separator each, and the brackets.
 	arena := make([]byte, 1, frameLen+21*n+2)
 	arena[0] = '['
-	return &UpstreamBatch{arena: arena, ids: make([]byte, 0, frameLen), inArena: true}
+	return &UpstreamBatch{
+		arena: arena, ids: make([]byte, 0, frameLen), inArena: true,
+		elems: make([]upElem, 0, n), calls: make([]int32, 0, n),
+	}
 }
 
 // Room returns an empty slice in the arena, where the next element's
