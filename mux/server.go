@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/muxd/muxd/gapfill"
 	"github.com/muxd/muxd/reconnect"
 	"github.com/muxd/muxd/router"
 )
@@ -42,6 +43,13 @@ type Server struct {
 	upChanged chan struct{} // closed and replaced whenever up changes (for waiters)
 	dropLog   dropLimiter
 	frames    framePool // the upstream reader's large frame buffers
+
+	// gap makes subscriptions gap-free (backfill.go); gapReqs maps the
+	// upstream id of each of its requests in flight to the machine's id.
+	// Both are guarded by mu.
+	gap        *gapfill.Machine
+	gapReqs    map[uint64]uint64
+	gapTimeout time.Duration
 }
 
 // waitingRequest is a request accepted while no upstream was connected, or
@@ -77,7 +85,10 @@ func New(cfg Config) (*Server, error) {
 		subs:      router.NewSubscriptions(),
 		clients:   make(map[router.ClientID]*Client),
 		upChanged: make(chan struct{}),
+		gap:       newGapMachine(cfg),
+		gapReqs:   make(map[uint64]uint64),
 	}
+	s.gapTimeout = min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout)
 	s.sup = reconnect.New(reconnect.Config{
 		Dial:         cfg.Dial,
 		NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),
