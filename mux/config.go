@@ -23,6 +23,7 @@ const (
 	DefaultMaxHeldBytes       = 64 << 20
 	DefaultUpstreamMaxBatch   = 1000
 	DefaultUpstreamWait       = 5 * time.Second
+	DefaultBackfillBlocks     = 128
 )
 
 // DefaultRetryMethods are the read-only methods that are sent again on the
@@ -140,6 +141,12 @@ type Config struct {
 	// idle keep-alive connection is closed to make room; with none idle, a
 	// new connection gets a 503 and is closed.
 	MaxConnections int
+
+	// BackfillBlocks is backfill_blocks: after a reconnect or a jump of
+	// the node's head, newHeads and logs subscribers get what they missed,
+	// at most this many blocks back (see package gapfill). 0 means
+	// DefaultBackfillBlocks; negative turns backfill off.
+	BackfillBlocks int
 }
 
 func (c Config) withDefaults() Config {
@@ -203,6 +210,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = c.MaxClients
+	}
+	if c.BackfillBlocks == 0 {
+		c.BackfillBlocks = DefaultBackfillBlocks
 	}
 	return c
 }

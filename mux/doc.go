@@ -24,6 +24,10 @@
 //     back to a pool (buffers.go) once written.
 //   - timeouts.go answers requests whose deadline passed.
 //   - subscriptions.go is the second routing layer (eth_subscribe).
+//   - backfill.go is the thin layer to package gapfill, the pure state
+//     machine that makes newHeads and logs subscriptions gap-free: it feeds
+//     it pushes, subscribe answers, answers to its own requests, ticks and
+//     connection loss, and carries out its effects under Server.mu.
 //
 // Server.mu guards all routing state (the pending table, the subscription
 // table, the client set, the waiting queue). It is never held during I/O:

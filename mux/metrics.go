@@ -93,6 +93,11 @@ type Metrics struct {
 	UpstreamFramesOut  prometheus.Counter     // muxd_upstream_frames_sent_total
 	UpstreamFramesIn   prometheus.Counter     // muxd_upstream_frames_received_total
 	ListenConnections  prometheus.Gauge       // muxd_listen_connections
+	BackfilledHeads    prometheus.Counter     // muxd_backfilled_total{kind="newHeads"}
+	BackfilledLogs     prometheus.Counter     // muxd_backfilled_total{kind="logs"}
+	BackfillGaps       *prometheus.CounterVec // muxd_backfill_gaps_total{kind,reason}
+	BackfillDuration   prometheus.Histogram   // muxd_backfill_duration_seconds
+	backfilled         *prometheus.CounterVec
 
 	dropped            [numDropReasons]prometheus.Counter
 	responseOK         prometheus.Counter
@@ -158,6 +163,18 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "muxd_listen_connections", Help: "Connections open on the --listen address: WebSocket sessions, HTTP exchanges, idle keep-alive connections and connections still sending a request.",
 		}),
 	}
+	m.backfilled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "muxd_backfilled_total", Help: "Pushes delivered to a subscription key that the node did not push on its own (heads and logs backfilled after a reconnect or a head jump, logs replayed with removed:true), by kind.",
+	}, []string{"kind"})
+	m.BackfilledHeads = m.backfilled.WithLabelValues("newHeads")
+	m.BackfilledLogs = m.backfilled.WithLabelValues("logs")
+	m.BackfillGaps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "muxd_backfill_gaps_total", Help: "Subscription gaps that were not closed, by subscription kind and reason.",
+	}, []string{"kind", "reason"})
+	m.BackfillDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "muxd_backfill_duration_seconds", Help: "Time from a gap being found to its backfill being delivered.",
+		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	})
 	for r := DropReason(0); r < numDropReasons; r++ {
 		m.dropped[r] = m.Dropped.WithLabelValues(r.String())
 	}
@@ -174,7 +191,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Clients, m.Requests, m.Responses, m.Latency, m.InFlight,
 			m.UpstreamConnected, m.UpstreamReconnects, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
 			m.Pushes, m.SlowConsumers, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
-			m.ListenConnections)
+			m.ListenConnections, m.backfilled, m.BackfillGaps, m.BackfillDuration)
 	}
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/muxd/muxd/gapfill"
 	"github.com/muxd/muxd/reconnect"
 	"github.com/muxd/muxd/router"
 )
@@ -43,6 +44,13 @@ type Server struct {
 	dropLog   dropLimiter
 	frames    framePool // the upstream reader's large frame buffers
 	reclaim   reclaimer // gives large releases back to the OS
+
+	// gap makes subscriptions gap-free (backfill.go); gapReqs maps the
+	// upstream id of each of its requests in flight to the machine's id.
+	// Both are guarded by mu.
+	gap        *gapfill.Machine
+	gapReqs    map[uint64]uint64
+	gapTimeout time.Duration
 }
 
 // waitingRequest is a request accepted while no upstream was connected, or
@@ -78,9 +86,12 @@ func New(cfg Config) (*Server, error) {
 		subs:      router.NewSubscriptions(),
 		clients:   make(map[router.ClientID]*Client),
 		upChanged: make(chan struct{}),
+		gap:       newGapMachine(cfg),
+		gapReqs:   make(map[uint64]uint64),
 	}
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
+	s.gapTimeout = min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout)
 	s.sup = reconnect.New(reconnect.Config{
 		Dial:         cfg.Dial,
 		NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),

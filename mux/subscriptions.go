@@ -122,6 +122,7 @@ func (s *Server) subscribedLocked(msg []byte, m *router.Message, uid uint64, p r
 			}
 		}
 		s.updateSubGaugesLocked()
+		s.applyGapLocked(s.gap.Live(p.Key, time.Now()), nil, out)
 		return
 	}
 	// An error (or a result that is no subscription id): each waiter gets
@@ -216,7 +217,10 @@ func (s *Server) unsubscribeLocked(c *Client, frame []byte, m *router.Message, p
 // when it was the key's last.
 func (s *Server) detachLocked(c *Client, subID string, out *outgoing) {
 	delete(c.subs, subID)
-	_, _, unsub := s.subs.Detach(subID)
+	sh, last, unsub := s.subs.Detach(subID)
+	if last {
+		s.gap.Forget(sh.Key)
+	}
 	if unsub != "" {
 		s.unsubscribeUpstreamLocked(unsub, out)
 	}
@@ -250,7 +254,9 @@ func (s *Server) subscriptionsLostLocked() {
 }
 
 // routePush is layer 2: a push is scanned once, then spliced for every
-// holder of its subscription with that holder's id.
+// holder of its subscription with that holder's id. The gap machine
+// (backfill.go) decides first whether it goes now, waits behind a backfill,
+// or is a duplicate.
 func (s *Server) routePush(u *upstreamConn, frame []byte, m *router.Message) {
 	if !m.Subscription.Present() {
 		s.dropped(DropUnexpected, "upstream push without params.subscription", "gen", u.Gen)
@@ -258,16 +264,26 @@ func (s *Server) routePush(u *upstreamConn, frame []byte, m *router.Message) {
 	}
 	elem := frame[m.Start:m.End]
 	at := rebase(m.Subscription, m.Start)
+	var out outgoing
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.up != u {
+		s.mu.Unlock()
 		return
 	}
 	sh := s.subs.Push(at.In(elem))
 	if sh == nil {
+		s.mu.Unlock()
 		s.dropped(DropUnknownSubscription, "upstream push for a subscription nobody holds", "gen", u.Gen)
 		return
 	}
+	s.applyGapLocked(s.gap.Push(sh.Key, m.Params.In(frame), time.Now()), &livePush{elem, at}, &out)
+	s.mu.Unlock()
+	u.send(out.frames...)
+}
+
+// fanoutLocked queues push elem, whose params.subscription is at at, for
+// every member of sh, each under its own id.
+func (s *Server) fanoutLocked(sh *router.Shared, elem []byte, at router.Span) {
 	n := 0
 	for i := range sh.Members {
 		mem := &sh.Members[i]

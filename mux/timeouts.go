@@ -44,6 +44,11 @@ func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
 	s.reqs.Expire(now, func(id uint64, p router.Pending) {
 		s.settledLocked(p)
+		if p.Kind == router.KindBackfill {
+			// The gap machine times it out itself (Tick below).
+			delete(s.gapReqs, id)
+			return
+		}
 		if p.Up != nil && p.Up.Settle(id) {
 			next = p.Up.NextArrays(next, s.cfg.UpstreamMaxBatch)
 		}
@@ -85,7 +90,10 @@ func (s *Server) sweep(now time.Time) {
 			s.deliverLocked(c, p, router.ErrorResponse(p.ID, errNoUpstream), router.CodeUnavailable)
 		}
 	}
+	var out outgoing
+	s.applyGapLocked(s.gap.Tick(now), nil, &out)
 	up := s.up
 	s.mu.Unlock()
 	up.send(next...)
+	up.send(out.frames...)
 }

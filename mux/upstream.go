@@ -303,8 +303,11 @@ func (s *Server) routeResponse(u *upstreamConn, buf []byte, m *router.Message, l
 	if p.Kind != router.KindCall {
 		s.settledLocked(p)
 		var out outgoing
-		if p.Kind == router.KindSubscribe {
+		switch p.Kind {
+		case router.KindSubscribe:
 			s.subscribedLocked(frame, m, uid, p, &out)
+		case router.KindBackfill:
+			s.backfillAnsweredLocked(frame, m, uid, &out)
 		}
 		up := s.up
 		s.mu.Unlock()
@@ -484,6 +487,8 @@ func (s *Server) upstreamLost(u *upstreamConn) {
 		failed = append(failed, p)
 	})
 	s.subscriptionsLostLocked()
+	s.gap.Disconnected()
+	clear(s.gapReqs)
 	s.mu.Unlock()
 	s.metrics.Retried.Add(float64(retried))
 	s.log.Warn("upstream lost", "gen", u.Gen, "retrying", retried, "failed", len(failed))

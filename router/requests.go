@@ -20,6 +20,7 @@ const (
 	KindCall        Kind = iota // an ordinary call: the answer goes to the client
 	KindSubscribe               // eth_subscribe for a subscription key (muxd's own)
 	KindUnsubscribe             // eth_unsubscribe muxd sends when a key's last client leaves
+	KindBackfill                // a request of muxd's own to fill a subscription's gap (package gapfill)
 )
 
 // Pending is one request in flight upstream.
@@ -35,7 +36,7 @@ type Pending struct {
 	Up    *UpstreamBatch
 	Frame []byte // the request as sent upstream, kept so it can be sent again
 	Kind  Kind
-	Key   string // the subscription key, for KindSubscribe and KindUnsubscribe
+	Key   string // the subscription key, for KindSubscribe, KindUnsubscribe and KindBackfill
 }
 
 // Requests is the pending table of ONE upstream connection: upstream id ->

@@ -74,6 +74,7 @@ type Config struct {
 	MaxWaiting            int               `toml:"max_waiting"`
 	OutboundQueueBytes    int               `toml:"outbound_queue_bytes"`
 	HTTPBodyBytes         int64             `toml:"http_body_bytes"`
+	BackfillBlocks        int               `toml:"backfill_blocks"`
 }
 
 // defaults returns the configuration muxd runs with when nothing is set.
@@ -108,6 +109,7 @@ func defaults() Config {
 		MaxWaiting:         mux.DefaultMaxWaiting,
 		OutboundQueueBytes: mux.DefaultOutboundQueueBytes,
 		HTTPBodyBytes:      mux.DefaultMaxHTTPBodyBytes,
+		BackfillBlocks:     mux.DefaultBackfillBlocks,
 	}
 }
 
@@ -228,6 +230,9 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	}
 	if c.ReconnectInitial.Duration > c.ReconnectMax.Duration {
 		add("reconnect_initial (%s) is longer than reconnect_max (%s)", c.ReconnectInitial.Duration, c.ReconnectMax.Duration)
+	}
+	if c.BackfillBlocks < 0 {
+		add("backfill_blocks: must not be negative (0 turns backfill off), got %d", c.BackfillBlocks)
 	}
 	if c.MaxConnections < 0 {
 		add("max_connections: must not be negative (0 means max_clients), got %d", c.MaxConnections)

@@ -73,6 +73,7 @@ var optionHelp = map[string]string{
 	"max_waiting":              "requests held while no upstream is connected (all clients)",
 	"outbound_queue_bytes":     "bytes queued for a client before it is a slow consumer",
 	"http_body_bytes":          "largest HTTP request body in bytes",
+	"backfill_blocks":          "most blocks of heads and logs a subscriber is sent after a reconnect or a head jump (0: off)",
 }
 
 // newFlagSet defines one flag per config option, named after its TOML key

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,6 +149,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 		HTTPReadTimeout:       cfg.HTTPReadTimeout.Duration,
 		HTTPIdleTimeout:       cfg.HTTPIdleTimeout.Duration,
 		MaxConnections:        cfg.MaxConnections,
+		BackfillBlocks:        cmp.Or(cfg.BackfillBlocks, -1), // 0 in the config turns it off
 		RetryMethods:          cfg.RetryMethods,
 		DenyMethods:           cfg.DenyMethods,
 		MaxBatch:              cfg.MaxBatch,

@@ -1,0 +1,70 @@
+// Package gapfill makes subscriptions gap-free: every head and every
+// matching log reaches a subscription key exactly once, in chain order,
+// across upstream reconnects, node catch-up jumps and reorgs.
+//
+// It is a pure state machine (sans I/O): no goroutines, no locks, no
+// sockets and no clock. The caller feeds it events and carries out the
+// effects it returns:
+//
+//   - Live: a subscription key became live upstream (its eth_subscribe
+//     was answered), the first time or again after a reconnect.
+//   - Push: the node pushed params for a key; the machine decides whether
+//     the push is delivered now, held (a backfill is running), dropped (a
+//     duplicate) or starts a backfill.
+//   - Answer: the node answered one of the machine's own requests.
+//   - Tick: time passed (request timeouts, retries, job deadlines).
+//   - Disconnected: the upstream connection is gone, and with it every
+//     request in flight.
+//   - Forget: nobody holds the key any more.
+//
+// Effects (Effects) are requests to send upstream (Send, each with a
+// purpose for logs), pushes to deliver to the key's subscribers in order
+// (Delivery: either "the push just given, as it came" or a result the
+// machine built), and counters (backfilled heads and logs, gaps that could
+// not be closed, backfill durations).
+//
+// Rules, each covered by a table test in machine_test.go:
+//
+//   - newHeads: the last delivered head (number, hash) and the hashes of
+//     the last Config.Blocks delivered heads are kept per key. A head that
+//     is the child of the last one is delivered. A head already delivered
+//     (same number and hash) is dropped. Any other head starts a job: the
+//     missing numbers are fetched with eth_getBlockByNumber(n, false) (at
+//     most Config.MaxInFlight at a time), then the chain is walked down
+//     from the new head by parent hash until a delivered hash is met (the
+//     fork point); a block the by-number answers do not cover on that walk
+//     (a reorg while fetching) is fetched with eth_getBlockByHash. The
+//     blocks above the fork point are delivered in ascending order,
+//     converted to exactly the object geth pushes for newHeads
+//     (types.Header's JSON: every header field in struct order, absent
+//     optional fields as null, hash last), then the new head, then the
+//     pushes held meanwhile. A walk longer than Config.Blocks stops there:
+//     delivery starts at head - Blocks and the gap is counted (too_long).
+//   - logs: per key, the logs delivered for the last Config.Blocks blocks
+//     are kept (block number, hash, raw logs), and the highest block known
+//     to be fully delivered (covered). When the key becomes live again
+//     after a reconnect a job asks eth_blockNumber, checks the remembered
+//     blocks from the highest down with eth_getBlockByNumber until one
+//     still has its hash (blocks whose hash changed were replaced by a
+//     reorg: their logs are delivered again with "removed": true, as geth
+//     does), then fetches the key's own filter over (covered, head] with
+//     eth_getLogs in chunks of Config.LogsChunk blocks and delivers the
+//     logs in (block, log index) order, skipping those already delivered.
+//     Live pushes are de-duplicated by (block hash, log index) always.
+//   - Other kinds (newPendingTransactions, node-specific ones) cannot be
+//     backfilled: becoming live again counts a gap (not_backfillable).
+//   - A push that does not parse as a head or a log is delivered as it
+//     came (held, in order, while a job runs), and never tracked.
+//   - The node answering null for a block it has not got yet is asked
+//     again after Config.RetryDelay, at most Config.NullRetries times; an
+//     error or a timeout (Config.RequestTimeout) is retried at most
+//     Config.Attempts times in all; a job runs at most Config.JobTimeout
+//     and holds at most Config.MaxHeld pushes. Past any bound the job
+//     delivers what it has, in order, then what it held, and counts the
+//     gap (failed, unavailable, timeout, too_many_held).
+//   - On Disconnected every job is abandoned without delivering: what it
+//     would have delivered is fetched again by the job the next
+//     connection starts (its blocks are still missing).
+//
+// A Machine is not safe for concurrent use; its owner serializes events.
+package gapfill

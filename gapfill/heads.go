@@ -1,0 +1,145 @@
+package gapfill
+
+import "time"
+
+// onHead applies the newHeads rules to head h (no job running). live says
+// h is the push just handed to Push; otherwise h.raw is a held copy.
+func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
+	if !k.haveLast || h.num == 0 || (h.num == k.last+1 && h.parent == k.hashes[k.last]) {
+		m.recordHead(k, h)
+		m.deliver(k, live, resultOf(h, live))
+		return
+	}
+	if k.hashes[h.num] == h.hash {
+		return // delivered already (the node sent it again after a reconnect)
+	}
+	if live {
+		h.raw = append([]byte(nil), h.raw...) // the caller's buffer is reused
+	}
+	j := m.startJob(k, now)
+	j.target = h
+	if h.num > uint64(m.cfg.Blocks) {
+		j.floor = h.num - uint64(m.cfg.Blocks)
+	}
+	j.cur, j.expect = h.num-1, h.parent
+	j.byHash = map[string]header{}
+	j.numWait = map[uint64]bool{}
+	from := max(k.last+1, j.floor)
+	// Highest first: the walk down from the new head can start early.
+	for n := h.num - 1; n >= from && n < h.num; n-- {
+		j.numWait[n] = true
+		j.queue = append(j.queue, &request{key: k.key, method: "eth_getBlockByNumber",
+			params: []byte(`["` + quantity(n) + `",false]`), purpose: purposeHeadByNumber, num: n})
+		if n == 0 {
+			break
+		}
+	}
+	m.pump(k, now)
+	m.walk(k, now)
+}
+
+func resultOf(h header, live bool) []byte {
+	if live {
+		return nil
+	}
+	return h.raw
+}
+
+// recordHead makes h the last delivered head.
+func (m *Machine) recordHead(k *keyState, h header) {
+	if k.haveLast {
+		for n := h.num + 1; n <= k.last; n++ {
+			delete(k.hashes, n) // a shorter branch replaced them
+		}
+	}
+	k.hashes[h.num] = h.hash
+	k.last, k.haveLast = h.num, true
+	if len(k.hashes) > m.cfg.Blocks {
+		for n := range k.hashes {
+			if n+uint64(m.cfg.Blocks) <= h.num {
+				delete(k.hashes, n)
+			}
+		}
+	}
+}
+
+// walk follows the new branch down by parent hash from the job's target
+// until it meets a delivered hash (the fork point), as far as the fetched
+// headers allow; it asks by hash for a block the by-number answers do not
+// hold. It ends the job when the walk is done.
+func (m *Machine) walk(k *keyState, now time.Time) {
+	j := k.job
+	for j != nil && k.job == j {
+		n := j.cur
+		if n <= k.last {
+			hh, ok := k.hashes[n]
+			if ok && hh == j.expect {
+				m.deliverChain(k, now) // the fork point (or the last head)
+				return
+			}
+			if !ok {
+				m.gap(k, "reorg_too_deep")
+				m.deliverChain(k, now)
+				return
+			}
+		}
+		if n < j.floor {
+			m.gap(k, "too_long")
+			m.deliverChain(k, now)
+			return
+		}
+		h, ok := j.byHash[j.expect]
+		if !ok {
+			if j.numWait[n] {
+				return // its by-number answer may be it
+			}
+			if j.expect != j.asked {
+				j.asked = j.expect
+				m.enqueue(k, &request{method: "eth_getBlockByHash", params: []byte(`["` + j.expect + `",false]`),
+					purpose: purposeHeadByHash, num: n, hash: j.expect}, now)
+			}
+			return
+		}
+		if h.num != n {
+			m.giveUp(k, "failed", now)
+			return
+		}
+		j.chain = append(j.chain, h)
+		j.expect = h.parent
+		if n == 0 {
+			m.deliverChain(k, now)
+			return
+		}
+		j.cur = n - 1
+	}
+}
+
+// headAnswered takes a block the node sent for r.
+func (m *Machine) headAnswered(k *keyState, r *request, result []byte, now time.Time) {
+	j := k.job
+	raw, ok := HeaderFromBlock(result)
+	h, ok2 := parseHeader(raw)
+	if !ok || !ok2 || (r.purpose == purposeHeadByNumber && h.num != r.num) || (r.purpose == purposeHeadByHash && h.hash != r.hash) {
+		m.failed(k, r, now)
+		return
+	}
+	if r.purpose == purposeHeadByNumber {
+		delete(j.numWait, r.num)
+	}
+	j.byHash[h.hash] = h
+	m.walk(k, now)
+}
+
+// deliverChain ends a newHeads job: the walked blocks in ascending order,
+// then the head that started it, then what was held.
+func (m *Machine) deliverChain(k *keyState, now time.Time) {
+	j := k.job
+	for i := len(j.chain) - 1; i >= 0; i-- {
+		m.recordHead(k, j.chain[i])
+		m.deliver(k, false, j.chain[i].raw)
+	}
+	m.eff.HeadsBackfilled += len(j.chain)
+	m.recordHead(k, j.target)
+	m.deliver(k, false, j.target.raw)
+	m.endJob(k, now)
+}

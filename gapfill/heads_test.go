@@ -1,0 +1,240 @@
+package gapfill
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+const headsKey = `["newHeads"]`
+
+// TestHeads is the table of newHeads rules: the node's view (chain, what
+// it answers), what was delivered before, the push that comes, and what
+// the key must see.
+func TestHeads(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	forked := chainOf(1, 8, 40) // shares 0..8 with main
+	type tc struct {
+		name    string
+		cfg     Config
+		before  uint64         // heads 1..before of main delivered live first
+		node    map[uint64]blk // the node's canonical chain
+		extra   map[uint64]blk // another branch the node knows by hash
+		head    uint64         // node's head, and the head pushed
+		hook    func(s Send) ([]byte, bool, bool)
+		ticks   int      // Tick(RetryDelay) this many times after the push
+		want    []string // delivered after the first `before`
+		wantBF  int      // heads backfilled
+		wantGap []Gap
+	}
+	nullOnce := func() func(Send) ([]byte, bool, bool) {
+		asked := map[string]int{}
+		return func(s Send) ([]byte, bool, bool) {
+			asked[string(s.Params)]++
+			if s.Method == "eth_getBlockByNumber" && string(s.Params) == `["0xf",false]` && asked[string(s.Params)] <= 2 {
+				return []byte("null"), true, false
+			}
+			return nil, false, false
+		}
+	}
+	tests := []tc{
+		{name: "consecutive heads pass through", before: 10, node: main, head: 11,
+			want: headsOf(main, 11, 11)},
+		{name: "a jump of five heads, no reconnect", before: 10, node: main, head: 16,
+			want: headsOf(main, 11, 16), wantBF: 5},
+		{name: "the same head again is dropped", before: 10, node: main, head: 10},
+		{name: "reorg across an outage: the new branch from the fork point", before: 10, node: forked, head: 12,
+			want: headsOf(forked, 9, 12), wantBF: 3},
+		{name: "reorg: the next number, but another parent", before: 10, node: forked, head: 11,
+			want: headsOf(forked, 9, 11), wantBF: 2},
+		{name: "reorg to a shorter branch", before: 12, node: forked, head: 10,
+			want: headsOf(forked, 9, 10), wantBF: 1},
+		{name: "gap longer than backfill_blocks: from head-blocks, counted", cfg: Config{Blocks: 4}, before: 10, node: main, head: 30,
+			want: headsOf(main, 26, 30), wantBF: 4, wantGap: []Gap{{"newHeads", "too_long"}}},
+		{name: "null for a block not there yet is asked again", before: 10, node: main, head: 16, hook: nullOnce(), ticks: 3,
+			want: headsOf(main, 11, 16), wantBF: 5},
+		{name: "null past NullRetries: delivered what it has, counted", cfg: Config{NullRetries: 2}, before: 10, node: main, head: 16,
+			hook: func(s Send) ([]byte, bool, bool) {
+				if string(s.Params) == `["0xc",false]` {
+					return []byte("null"), true, false
+				}
+				return nil, false, false
+			}, ticks: 5,
+			want: headsOf(main, 13, 16), wantBF: 3, wantGap: []Gap{{"newHeads", "unavailable"}}},
+		{name: "an error is retried", before: 10, node: main, head: 13, ticks: 2,
+			hook: func() func(Send) ([]byte, bool, bool) {
+				n := 0
+				return func(s Send) ([]byte, bool, bool) {
+					if s.Method == "eth_getBlockByNumber" && n == 0 {
+						n++
+						return nil, true, false
+					}
+					return nil, false, false
+				}
+			}(),
+			want: headsOf(main, 11, 13), wantBF: 2},
+		{name: "errors past Attempts: counted, delivery resumes in order", cfg: Config{Attempts: 2}, before: 10, node: main, head: 13, ticks: 3,
+			hook: func(s Send) ([]byte, bool, bool) {
+				if string(s.Params) == `["0xb",false]` {
+					return nil, true, false
+				}
+				return nil, false, false
+			},
+			want: headsOf(main, 12, 13), wantBF: 1, wantGap: []Gap{{"newHeads", "failed"}}},
+		{name: "a block that is no block counts as an error", cfg: Config{Attempts: 1}, before: 10, node: main, head: 12,
+			hook: func(s Send) ([]byte, bool, bool) {
+				if s.Method == "eth_getBlockByNumber" {
+					return []byte(`{"number":"0xb"}`), true, false
+				}
+				return nil, false, false
+			},
+			want: headsOf(main, 12, 12), wantGap: []Gap{{"newHeads", "failed"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{chain: tt.node, head: tt.head, hook: tt.hook}
+			h := newHarness(t, withBlocks(tt.cfg), n)
+			h.apply(h.m.Live(headsKey, h.now), nil)
+			for i := uint64(1); i <= tt.before; i++ {
+				h.push(headsKey, headJSON(main[i]))
+			}
+			if got := h.deliveredHeads(); !slices.Equal(got, headsOf(main, 1, tt.before)) || len(n.seen) != 0 {
+				t.Fatalf("live heads: delivered %v, requests %v", got, n.seen)
+			}
+			h.out = nil
+			h.push(headsKey, headJSON(tt.node[tt.head]))
+			for range tt.ticks {
+				h.tick(h.m.cfg.RetryDelay)
+			}
+			if got := h.deliveredHeads(); !slices.Equal(got, tt.want) {
+				t.Errorf("delivered\n%v\nwant\n%v", got, tt.want)
+			}
+			if h.heads != tt.wantBF || !slices.Equal(h.gaps, tt.wantGap) {
+				t.Errorf("backfilled %d gaps %v, want %d %v", h.heads, h.gaps, tt.wantBF, tt.wantGap)
+			}
+			if h.m.keys[headsKey].job != nil {
+				t.Errorf("job still running")
+			}
+			// Afterwards the next head passes through with no request.
+			sent := len(n.seen)
+			h.out = nil
+			next := tt.node[tt.head+1]
+			h.push(headsKey, headJSON(next))
+			if got := h.deliveredHeads(); len(n.seen) != sent || len(got) != 1 {
+				t.Errorf("next head: delivered %v with %d requests", got, len(n.seen)-sent)
+			}
+		})
+	}
+}
+
+func withBlocks(c Config) Config {
+	if c.Blocks == 0 {
+		c.Blocks = DefaultBlocks
+	}
+	return c
+}
+
+// TestHeadsHeldDuringJob: heads pushed while a backfill runs are delivered
+// after it, in order, once each.
+func TestHeadsHeldDuringJob(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	n := &node{chain: main, head: 20}
+	var held []Send
+	n.hook = func(s Send) ([]byte, bool, bool) {
+		if len(held) < 100 {
+			held = append(held, s)
+			return nil, false, true // answered later, by hand
+		}
+		return nil, false, false
+	}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	h.push(headsKey, headJSON(main[14])) // job: 11..13
+	h.push(headsKey, headJSON(main[15])) // held
+	h.push(headsKey, headJSON(main[15])) // held, duplicate
+	h.push(headsKey, []byte(`{"not":"a head"}`))
+	h.push(headsKey, headJSON(main[16])) // held
+	if got := h.deliveredHeads(); !slices.Equal(got, headsOf(main, 10, 10)) {
+		t.Fatalf("before the answers: %v", got)
+	}
+	for _, s := range held {
+		res, _ := (&node{chain: main, head: 20}).answer(s)
+		h.apply(h.m.Answer(s.ID, res, h.now), nil)
+	}
+	want := append(headsOf(main, 10, 15), `?{"not":"a head"}`)
+	want = append(want, headsOf(main, 16, 16)...)
+	if got := h.deliveredHeads(); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v\nwant %v", got, want)
+	}
+}
+
+// TestHeadsTimeout: a request the node never answers times out after
+// RequestTimeout and is sent again; a job past JobTimeout gives up and
+// delivers in order.
+func TestHeadsTimeout(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	n := &node{chain: main, head: 13, hook: func(s Send) ([]byte, bool, bool) { return nil, false, true }}
+	cfg := Config{Blocks: 128, RequestTimeout: time.Second, Attempts: 100, JobTimeout: 10 * time.Second}
+	h := newHarness(t, cfg, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	h.push(headsKey, headJSON(main[13]))
+	if len(n.seen) != 2 {
+		t.Fatalf("sent %d requests, want 2", len(n.seen))
+	}
+	h.tick(999 * time.Millisecond)
+	if len(n.seen) != 2 {
+		t.Fatalf("resent before the timeout")
+	}
+	h.tick(time.Millisecond)   // timed out: retried after RetryDelay
+	h.tick(h.m.cfg.RetryDelay) // resent
+	if len(n.seen) != 4 {
+		t.Fatalf("sent %d requests after a timeout, want 4", len(n.seen))
+	}
+	for range 20 {
+		h.tick(time.Second)
+	}
+	want := headsOf(main, 10, 10)
+	want = append(want, headsOf(main, 13, 13)...)
+	if got := h.deliveredHeads(); !slices.Equal(got, want) || !slices.Equal(h.gaps, []Gap{{"newHeads", "timeout"}}) {
+		t.Fatalf("delivered %v gaps %v", got, h.gaps)
+	}
+	if len(h.m.reqs) != 0 {
+		t.Fatalf("%d requests still tracked", len(h.m.reqs))
+	}
+}
+
+// TestHeadsDisconnected: a job cut by a lost connection delivers nothing;
+// the next connection's first head fetches the same blocks again.
+func TestHeadsDisconnected(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	n := &node{chain: main, head: 20, hook: func(s Send) ([]byte, bool, bool) { return nil, false, true }}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	h.push(headsKey, headJSON(main[13]))
+	h.m.Disconnected()
+	n.hook = nil
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[15]))
+	if got := h.deliveredHeads(); !slices.Equal(got, headsOf(main, 10, 15)) {
+		t.Fatalf("delivered %v", got)
+	}
+}
+
+// TestNotHeads: payloads that are no heads pass through untouched and
+// start nothing; so does everything when backfill is off.
+func TestNotHeads(t *testing.T) {
+	for _, cfg := range []Config{{Blocks: 128}, {Blocks: 0}} {
+		n := &node{}
+		h := newHarness(t, cfg, n)
+		h.apply(h.m.Live(headsKey, h.now), nil)
+		for _, p := range []string{`{"n":1,"conn":2,"params":["newHeads"]}`, `{"n":3}`, `"x"`, `{"number":"0x5","hash":"0x1","parentHash":"0x2"}`} {
+			h.push(headsKey, []byte(p))
+		}
+		if len(h.out) != 4 || len(n.seen) != 0 {
+			t.Fatalf("Blocks %d: delivered %d, sent %v", cfg.Blocks, len(h.out), n.seen)
+		}
+	}
+}

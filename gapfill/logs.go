@@ -1,0 +1,217 @@
+package gapfill
+
+import (
+	"cmp"
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// onLog applies the logs rules to log l (no job running). live says l is
+// the push just handed to Push; otherwise l.raw is a held copy.
+func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
+	if l.removed {
+		// A live reorg: the node says it itself; it is not delivered
+		// any more.
+		if b := k.blocks[l.block]; b != nil && b.hash == l.hash {
+			b.logs = slices.DeleteFunc(b.logs, func(x logEntry) bool { return x.index == l.index })
+			if len(b.logs) == 0 {
+				delete(k.blocks, l.block)
+			}
+		}
+		m.deliver(k, live, resultOfLog(l, live))
+		return
+	}
+	if seen(k, l) {
+		return
+	}
+	if live {
+		l.raw = append([]byte(nil), l.raw...)
+	}
+	m.remember(k, l)
+	m.deliver(k, live, resultOfLog(l, live))
+	// Every block below a log's was delivered whole: the node pushes in
+	// chain order.
+	if l.block > 0 && (!k.haveCovered || l.block-1 > k.covered) {
+		k.covered, k.haveCovered = l.block-1, true
+	}
+}
+
+func resultOfLog(l logEntry, live bool) []byte {
+	if live {
+		return nil
+	}
+	return l.raw
+}
+
+func seen(k *keyState, l logEntry) bool {
+	b := k.blocks[l.block]
+	if b == nil || b.hash != l.hash {
+		return false
+	}
+	for _, x := range b.logs {
+		if x.index == l.index {
+			return true
+		}
+	}
+	return false
+}
+
+// remember records l as delivered, keeping the last Blocks blocks.
+func (m *Machine) remember(k *keyState, l logEntry) {
+	b := k.blocks[l.block]
+	if b == nil || b.hash != l.hash {
+		b = &logBlock{hash: l.hash}
+		k.blocks[l.block] = b
+	}
+	b.logs = append(b.logs, l)
+	if len(k.blocks) > m.cfg.Blocks {
+		var top uint64
+		for n := range k.blocks {
+			top = max(top, n)
+		}
+		for n := range k.blocks {
+			if n+uint64(m.cfg.Blocks) <= top {
+				delete(k.blocks, n)
+			}
+		}
+	}
+}
+
+// logsAnswered moves a logs job on with the node's answer to r.
+func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.Time) {
+	j := k.job
+	switch r.purpose {
+	case purposeHeadNumber:
+		head, ok := parseQuantityJSON(result)
+		if !ok {
+			m.failed(k, r, now)
+			return
+		}
+		j.head = head
+		j.phase = logsCheck
+		for n := range k.blocks {
+			j.checks = append(j.checks, n)
+		}
+		slices.Sort(j.checks)
+		slices.Reverse(j.checks)
+		m.nextCheck(k, now)
+	case purposeCheckBlock:
+		h, ok := parseHeader(result)
+		if !ok || h.num != r.num {
+			m.failed(k, r, now)
+			return
+		}
+		j.checks = j.checks[1:]
+		if b := k.blocks[r.num]; b != nil && b.hash != h.hash {
+			j.replaced = append(j.replaced, r.num)
+			m.nextCheck(k, now)
+			return
+		}
+		j.forkOK, j.forkAt = true, r.num
+		m.fetch(k, now)
+	case purposeGetLogs:
+		var entries []json.RawMessage
+		if json.Unmarshal(result, &entries) != nil {
+			m.failed(k, r, now)
+			return
+		}
+		for _, e := range entries {
+			if l, ok := parseLog(e); ok && !l.removed {
+				j.fetched = append(j.fetched, l)
+			}
+		}
+		j.chunks--
+		m.afterChunk(k, now)
+	}
+}
+
+// nextCheck asks for the canonical hash of the highest remembered block
+// not checked yet; with none left it fetches.
+func (m *Machine) nextCheck(k *keyState, now time.Time) {
+	j := k.job
+	if len(j.checks) == 0 {
+		m.fetch(k, now)
+		return
+	}
+	n := j.checks[0]
+	m.enqueue(k, &request{method: "eth_getBlockByNumber", params: []byte(`["` + quantity(n) + `",false]`),
+		purpose: purposeCheckBlock, num: n}, now)
+}
+
+// fetch asks eth_getLogs for the key's filter over the blocks that may
+// hold logs not delivered: above covered, and above the fork point when
+// remembered blocks were replaced; at most Blocks below the head.
+func (m *Machine) fetch(k *keyState, now time.Time) {
+	j := k.job
+	j.phase = logsFetch
+	from := k.covered + 1
+	if len(j.replaced) > 0 {
+		low := j.replaced[len(j.replaced)-1]
+		if j.forkOK {
+			low = j.forkAt + 1
+		} else {
+			m.gap(k, "reorg_too_deep")
+		}
+		from = min(from, low)
+	}
+	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
+		m.gap(k, "too_long")
+		from = floor
+	}
+	for a := from; a <= j.head; a += m.cfg.LogsChunk {
+		b := min(a+m.cfg.LogsChunk-1, j.head)
+		j.chunks++
+		j.queue = append(j.queue, &request{key: k.key, method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
+			purpose: purposeGetLogs, num: a, to: b})
+	}
+	m.pump(k, now)
+	m.afterChunk(k, now)
+}
+
+// afterChunk delivers once every chunk is in.
+func (m *Machine) afterChunk(k *keyState, now time.Time) {
+	if j := k.job; j != nil && j.phase == logsFetch && j.chunks == 0 {
+		m.deliverLogs(k, now)
+	}
+}
+
+// deliverLogs ends a logs job: the logs of replaced blocks again with
+// removed:true, then the fetched logs not delivered before in (block, log
+// index) order, then what was held.
+func (m *Machine) deliverLogs(k *keyState, now time.Time) {
+	j := k.job
+	for i := len(j.replaced) - 1; i >= 0; i-- {
+		b := k.blocks[j.replaced[i]]
+		if b == nil {
+			continue
+		}
+		logs := slices.SortedFunc(slices.Values(b.logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
+		for _, l := range logs {
+			m.deliver(k, false, asRemoved(l.raw))
+			m.eff.LogsBackfilled++
+		}
+		delete(k.blocks, j.replaced[i])
+	}
+	slices.SortStableFunc(j.fetched, func(x, y logEntry) int {
+		if c := cmp.Compare(x.block, y.block); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.index, y.index)
+	})
+	for _, l := range j.fetched {
+		if seen(k, l) {
+			continue
+		}
+		m.remember(k, l)
+		m.deliver(k, false, l.raw)
+		m.eff.LogsBackfilled++
+	}
+	if j.missing {
+		m.gap(k, "failed")
+	}
+	if j.phase == logsFetch && j.head > k.covered {
+		k.covered = j.head
+	}
+	m.endJob(k, now)
+}

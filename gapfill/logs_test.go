@@ -1,0 +1,203 @@
+package gapfill
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+const logsKey = `["logs",{"address":"0xaa"}]`
+
+// logsOf returns the logs of blocks from..to of chain c: two per block for
+// address 0xaa and one for 0xbb.
+func logsOf(c map[uint64]blk, from, to uint64) []lg {
+	var out []lg
+	for n := from; n <= to; n++ {
+		out = append(out, lg{n, c[n].hash, 0, "0xaa"}, lg{n, c[n].hash, 1, "0xbb"}, lg{n, c[n].hash, 2, "0xaa"})
+	}
+	return out
+}
+
+func only(ls []lg, addr string) []lg {
+	return slices.DeleteFunc(slices.Clone(ls), func(l lg) bool { return l.addr != addr })
+}
+
+func (h *harness) deliveredLogs() []string {
+	var s []string
+	for _, r := range h.out {
+		l, ok := parseLog(r)
+		if !ok {
+			s = append(s, "?"+string(r))
+			continue
+		}
+		s = append(s, fmt.Sprintf("%d/%s/%d/%t", l.block, l.hash[2:18], l.index, l.removed))
+	}
+	return s
+}
+
+func logStrings(ls []lg, removed bool) []string {
+	var s []string
+	for _, l := range ls {
+		s = append(s, fmt.Sprintf("%d/%s/%d/%t", l.block, l.hash[2:18], l.index, removed))
+	}
+	return s
+}
+
+// TestLogs is the table of logs rules across a reconnect: logs of blocks
+// up to `before` were pushed live, the connection was lost, the node went
+// on to `head` (on its own chain), and the key became live again.
+func TestLogs(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	forked := chainOf(1, 8, 60)
+	type tc struct {
+		name    string
+		cfg     Config
+		before  uint64
+		node    map[uint64]blk
+		head    uint64
+		hook    func(s Send) ([]byte, bool, bool)
+		want    []string
+		wantBF  int
+		wantGap []Gap
+	}
+	tests := []tc{
+		{name: "logs missed during the outage, in order, none twice", before: 10, node: main, head: 16,
+			want: logStrings(only(logsOf(main, 11, 16), "0xaa"), false), wantBF: 12},
+		{name: "reorg across the outage: removed:true first, then the new branch", before: 10, node: forked, head: 12,
+			want:   append(logStrings(only(logsOf(main, 9, 10), "0xaa"), true), logStrings(only(logsOf(forked, 9, 12), "0xaa"), false)...),
+			wantBF: 4 + 8},
+		{name: "nothing missed", before: 10, node: main, head: 10},
+		{name: "gap longer than backfill_blocks", cfg: Config{Blocks: 4}, before: 10, node: main, head: 30,
+			want: logStrings(only(logsOf(main, 26, 30), "0xaa"), false), wantBF: 10, wantGap: []Gap{{"logs", "too_long"}}},
+		{name: "eth_getLogs failing past Attempts: counted, the rest delivered", cfg: Config{Attempts: 2, LogsChunk: 2}, before: 10, node: main, head: 16,
+			hook: func(s Send) ([]byte, bool, bool) {
+				if s.Method == "eth_getLogs" && string(s.Params) == `[{"address":"0xaa","fromBlock":"0xc","toBlock":"0xd"}]` {
+					return nil, true, false
+				}
+				return nil, false, false
+			},
+			want:    append(logStrings(only(logsOf(main, 11, 11), "0xaa"), false), logStrings(only(logsOf(main, 14, 16), "0xaa"), false)...),
+			wantBF:  8,
+			wantGap: []Gap{{"logs", "failed"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 9, 60)...)}
+			h := newHarness(t, withBlocks(tt.cfg), n)
+			h.apply(h.m.Live(logsKey, h.now), nil) // baseline: block 0
+			for _, l := range only(logsOf(main, 1, tt.before), "0xaa") {
+				h.push(logsKey, logJSON(l, false))
+			}
+			h.m.Disconnected()
+			n.chain, n.head, n.hook = tt.node, tt.head, tt.hook
+			h.out = nil
+			h.apply(h.m.Live(logsKey, h.now), nil)
+			for range 4 {
+				h.tick(h.m.cfg.RetryDelay)
+			}
+			if got := h.deliveredLogs(); !slices.Equal(got, tt.want) {
+				t.Errorf("delivered\n%v\nwant\n%v", got, tt.want)
+			}
+			if h.logs != tt.wantBF || !slices.Equal(h.gaps, tt.wantGap) {
+				t.Errorf("backfilled %d gaps %v, want %d %v", h.logs, h.gaps, tt.wantBF, tt.wantGap)
+			}
+			if h.m.keys[logsKey].job != nil {
+				t.Errorf("job still running")
+			}
+			// The node now pushes logs of blocks already delivered (its
+			// subscription overlaps the backfill): dropped.
+			h.out = nil
+			for _, l := range only(logsOf(tt.node, tt.head, tt.head), "0xaa") {
+				h.push(logsKey, logJSON(l, false))
+			}
+			if len(h.out) != 0 && tt.head > tt.before {
+				t.Errorf("logs delivered twice: %v", h.deliveredLogs())
+			}
+		})
+	}
+}
+
+// TestLogsHeldDuringJob: logs pushed by the new subscription while the
+// backfill runs come after it, once each.
+func TestLogsHeldDuringJob(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	n := &node{chain: main, head: 0, logs: logsOf(main, 1, 60)}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	for _, l := range only(logsOf(main, 1, 5), "0xaa") {
+		h.push(logsKey, logJSON(l, false))
+	}
+	h.m.Disconnected()
+	n.head = 8
+	var later []Send
+	n.hook = func(s Send) ([]byte, bool, bool) {
+		if s.Method == "eth_getLogs" {
+			later = append(later, s)
+			return nil, false, true
+		}
+		return nil, false, false
+	}
+	h.out = nil
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	// Logs of blocks 8 (also in the backfill) and 9 (after it) come live.
+	for _, l := range only(logsOf(main, 8, 9), "0xaa") {
+		h.push(logsKey, logJSON(l, false))
+	}
+	if len(h.out) != 0 || len(later) != 1 {
+		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(later))
+	}
+	n.hook = nil
+	res, _ := n.answer(later[0])
+	h.apply(h.m.Answer(later[0].ID, res, h.now), nil)
+	if want := logStrings(only(logsOf(main, 6, 9), "0xaa"), false); !slices.Equal(h.deliveredLogs(), want) {
+		t.Fatalf("delivered %v\nwant %v", h.deliveredLogs(), want)
+	}
+	var p []map[string]json.RawMessage
+	_ = json.Unmarshal(later[0].Params, &p)
+	if string(p[0]["fromBlock"]) != `"0x5"` || string(p[0]["toBlock"]) != `"0x8"` {
+		t.Fatalf("range %s..%s, want block 5 (the last with a log, maybe not whole) to 8", p[0]["fromBlock"], p[0]["toBlock"])
+	}
+}
+
+// TestLogsLive: live pushes are de-duplicated; a live removed:true is
+// delivered and forgotten, so the log may come again on the new branch.
+func TestLogsLive(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	h := newHarness(t, Config{Blocks: 128}, &node{chain: main})
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	a := lg{3, main[3].hash, 0, "0xaa"}
+	h.push(logsKey, logJSON(a, false))
+	h.push(logsKey, logJSON(a, false))
+	h.push(logsKey, logJSON(a, true))
+	h.push(logsKey, logJSON(a, false))
+	h.push(logsKey, []byte(`{"n":1,"conn":1}`))
+	want := []string{logStrings([]lg{a}, false)[0], logStrings([]lg{a}, true)[0], logStrings([]lg{a}, false)[0], `?{"n":1,"conn":1}`}
+	if got := h.deliveredLogs(); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v\nwant %v", got, want)
+	}
+}
+
+// TestOtherKinds: kinds that cannot be backfilled count a gap when they
+// become live again; backfill off counts one for every kind.
+func TestOtherKinds(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  Config
+		key  string
+		want Gap
+	}{
+		{Config{Blocks: 128}, `["newPendingTransactions"]`, Gap{"newPendingTransactions", "not_backfillable"}},
+		{Config{Blocks: 128}, `["nodeSpecific"]`, Gap{"other", "not_backfillable"}},
+		{Config{}, headsKey, Gap{"newHeads", "disabled"}},
+		{Config{}, logsKey, Gap{"logs", "disabled"}},
+	} {
+		n := &node{}
+		h := newHarness(t, tt.cfg, n)
+		h.apply(h.m.Live(tt.key, h.now), nil)
+		h.m.Disconnected()
+		h.apply(h.m.Live(tt.key, h.now), nil)
+		if !slices.Equal(h.gaps, []Gap{tt.want}) || len(n.seen) != 0 {
+			t.Errorf("%s: gaps %v, sent %v", tt.key, h.gaps, n.seen)
+		}
+	}
+}

@@ -1,0 +1,585 @@
+package gapfill
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Config bounds the machine. Zero fields take the defaults below, except
+// Blocks: 0 turns backfill off.
+type Config struct {
+	// Blocks is backfill_blocks: the most blocks one backfill delivers,
+	// and how many delivered blocks are remembered per key. 0: off.
+	Blocks int
+	// RequestTimeout bounds each request the machine sends.
+	RequestTimeout time.Duration
+	// Attempts bounds the sends of one request that fails or times out.
+	Attempts int
+	// NullRetries bounds how often a block the node answers null for is
+	// asked again; RetryDelay is the wait before a retry.
+	NullRetries int
+	RetryDelay  time.Duration
+	// JobTimeout bounds one backfill from start to delivery.
+	JobTimeout time.Duration
+	// MaxInFlight bounds the requests one job has in flight at a time.
+	MaxInFlight int
+	// LogsChunk is the most blocks one eth_getLogs covers.
+	LogsChunk uint64
+	// MaxHeld bounds the live pushes a job holds for its key.
+	MaxHeld int
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultBlocks         = 128
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultAttempts       = 3
+	DefaultNullRetries    = 20
+	DefaultRetryDelay     = 250 * time.Millisecond
+	DefaultJobTimeout     = 60 * time.Second
+	DefaultMaxInFlight    = 8
+	DefaultLogsChunk      = 32
+	DefaultMaxHeld        = 10000
+)
+
+func (c Config) withDefaults() Config {
+	if c.Blocks < 0 {
+		c.Blocks = 0
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.Attempts <= 0 {
+		c.Attempts = DefaultAttempts
+	}
+	if c.NullRetries <= 0 {
+		c.NullRetries = DefaultNullRetries
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = DefaultRetryDelay
+	}
+	if c.JobTimeout <= 0 {
+		c.JobTimeout = DefaultJobTimeout
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.LogsChunk == 0 {
+		c.LogsChunk = DefaultLogsChunk
+	}
+	if c.MaxHeld <= 0 {
+		c.MaxHeld = DefaultMaxHeld
+	}
+	return c
+}
+
+// Send is a request the machine wants sent upstream, as muxd's own. ID is
+// the machine's; the answer comes back through Answer(ID, ...).
+type Send struct {
+	ID      uint64
+	Key     string
+	Method  string
+	Params  []byte // JSON array
+	Purpose string // what it is for, for logs and tests
+}
+
+// Delivery is a push for every subscriber of Key, in the order given.
+// Live means "the push just handed to Push, exactly as it came"; otherwise
+// Result is the params.result to deliver.
+type Delivery struct {
+	Key    string
+	Live   bool
+	Result []byte
+}
+
+// Gap is a gap the machine could not close.
+type Gap struct {
+	Kind   string // subscription name: newHeads, logs, newPendingTransactions, …
+	Reason string // too_long, failed, unavailable, timeout, too_many_held, reorg_too_deep, not_backfillable, disabled
+}
+
+// Effects is what the caller must do after an event, in this order: send
+// the requests, deliver the pushes (in slice order), count.
+type Effects struct {
+	Sends           []Send
+	Deliveries      []Delivery
+	HeadsBackfilled int
+	LogsBackfilled  int // including logs delivered again with removed:true
+	Gaps            []Gap
+	Durations       []time.Duration // of backfill jobs that ended
+}
+
+// Kinds of subscription the machine tells apart.
+const (
+	kindOther = iota
+	kindHeads
+	kindLogs
+)
+
+// Machine tracks every live subscription key. Create it with New.
+type Machine struct {
+	cfg    Config
+	keys   map[string]*keyState
+	reqs   map[uint64]*request // sent, awaiting Answer
+	nextID uint64
+	eff    Effects // effects of the event being handled
+}
+
+// New returns a machine with no keys.
+func New(cfg Config) *Machine {
+	return &Machine{cfg: cfg.withDefaults(), keys: map[string]*keyState{}, reqs: map[uint64]*request{}}
+}
+
+// Enabled reports whether backfill is on (Config.Blocks > 0).
+func (m *Machine) Enabled() bool { return m.cfg.Blocks > 0 }
+
+// keyState is what the machine knows of one subscription key.
+type keyState struct {
+	key    string
+	kind   int
+	name   string
+	filter map[string]json.RawMessage // logs: the filter, without a range
+
+	// newHeads: the delivered chain, number -> hash, for the last Blocks
+	// numbers up to last.
+	hashes   map[uint64]string
+	last     uint64
+	haveLast bool
+
+	// logs: what was delivered, by block, for the last Blocks blocks;
+	// covered is the highest block all of whose logs were delivered.
+	blocks      map[uint64]*logBlock
+	covered     uint64
+	haveCovered bool
+
+	job  *job
+	held [][]byte // pushes (params.result, copied) held while job runs
+}
+
+type logBlock struct {
+	hash string
+	logs []logEntry // in delivery order
+}
+
+// purposes of requests.
+const (
+	purposeHeadByNumber = "head_by_number"
+	purposeHeadByHash   = "head_by_hash"
+	purposeBaseline     = "logs_baseline"
+	purposeHeadNumber   = "logs_head"
+	purposeCheckBlock   = "logs_check_block"
+	purposeGetLogs      = "logs_range"
+)
+
+// request is one request of the machine's, sent or waiting to be.
+type request struct {
+	id       uint64
+	key      string
+	method   string
+	params   []byte
+	purpose  string
+	num      uint64 // block number it is about (by number, check, range start)
+	to       uint64 // range end (getLogs)
+	hash     string // by hash
+	deadline time.Time
+	retryAt  time.Time // zero while in flight
+	attempts int
+	nulls    int
+}
+
+// job is one backfill of a key.
+type job struct {
+	started  time.Time
+	deadline time.Time
+	queue    []*request // not sent yet (bounded concurrency), or waiting for retryAt
+	inflight int
+
+	// newHeads
+	target  header            // the head that started it; delivered last
+	floor   uint64            // lowest number it may deliver
+	cur     uint64            // number of the block the walk needs next
+	expect  string            // hash of that block
+	byHash  map[string]header // fetched headers
+	numWait map[uint64]bool   // numbers asked for by number, not answered yet
+	chain   []header          // walked, descending from target-1
+	asked   string            // the hash asked for by hash, if any
+
+	// logs
+	phase    int    // logsHead, logsCheck, logsFetch
+	head     uint64 // node's head
+	checks   []uint64
+	replaced []uint64 // remembered blocks whose hash changed, descending
+	forkOK   bool     // a remembered block kept its hash
+	forkAt   uint64   // that block
+	chunks   int      // eth_getLogs not answered yet
+	fetched  []logEntry
+	missing  bool // a chunk was given up
+}
+
+const (
+	logsHead = iota
+	logsCheck
+	logsFetch
+)
+
+func (m *Machine) take() Effects {
+	e := m.eff
+	m.eff = Effects{}
+	return e
+}
+
+func (m *Machine) deliver(k *keyState, live bool, res []byte) {
+	m.eff.Deliveries = append(m.eff.Deliveries, Delivery{Key: k.key, Live: live, Result: res})
+}
+
+func (m *Machine) gap(k *keyState, reason string) {
+	m.eff.Gaps = append(m.eff.Gaps, Gap{Kind: gapKind(k.name), Reason: reason})
+}
+
+// gapKind bounds the kind label: node-specific names count as "other".
+func gapKind(name string) string {
+	switch name {
+	case "newHeads", "logs", "newPendingTransactions", "syncing":
+		return name
+	}
+	return "other"
+}
+
+func newKey(key string) *keyState {
+	name, filter := subscriptionName(key)
+	k := &keyState{key: key, name: name, filter: filter}
+	switch name {
+	case "newHeads":
+		k.kind = kindHeads
+		k.hashes = map[uint64]string{}
+	case "logs":
+		k.kind = kindLogs
+		k.blocks = map[uint64]*logBlock{}
+	}
+	return k
+}
+
+// Live is the event "key's eth_subscribe was answered: the key is live on
+// the current connection". A key the machine already knows was live on an
+// earlier connection (a resubscribe): pushes may have been missed.
+func (m *Machine) Live(key string, now time.Time) Effects {
+	k := m.keys[key]
+	if k == nil {
+		k = newKey(key)
+		m.keys[key] = k
+		if k.kind == kindLogs && m.Enabled() {
+			// Where the key starts: logs from before it are not owed.
+			m.sendNew(k, &request{method: "eth_blockNumber", params: []byte("[]"), purpose: purposeBaseline}, now)
+		}
+		return m.take()
+	}
+	switch {
+	case k.kind == kindOther:
+		m.gap(k, "not_backfillable")
+	case !m.Enabled():
+		m.gap(k, "disabled")
+	case k.kind == kindLogs && k.job == nil:
+		if !k.haveCovered {
+			// It never learned where it started: nothing to backfill from.
+			m.gap(k, "unavailable")
+			m.sendNew(k, &request{method: "eth_blockNumber", params: []byte("[]"), purpose: purposeBaseline}, now)
+			break
+		}
+		j := m.startJob(k, now)
+		j.phase = logsHead
+		m.enqueue(k, &request{method: "eth_blockNumber", params: []byte("[]"), purpose: purposeHeadNumber}, now)
+	}
+	// newHeads needs nothing now: the next head is not the child of the
+	// last delivered one, and starts the job.
+	return m.take()
+}
+
+// Forget drops everything known about key (its last subscriber left).
+func (m *Machine) Forget(key string) {
+	delete(m.keys, key)
+	for id, r := range m.reqs {
+		if r.key == key {
+			delete(m.reqs, id)
+		}
+	}
+}
+
+// Disconnected is the event "the upstream connection is gone": every
+// request in flight is lost and every job is abandoned (the next
+// connection's job fetches its blocks again).
+func (m *Machine) Disconnected() {
+	clear(m.reqs)
+	for _, k := range m.keys {
+		k.job = nil
+		k.held = nil
+	}
+}
+
+// Push is the event "the node pushed params (the eth_subscription params
+// object) for key".
+func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
+	k := m.keys[key]
+	if k == nil || k.kind == kindOther || !m.Enabled() {
+		m.eff.Deliveries = append(m.eff.Deliveries, Delivery{Key: key, Live: true})
+		return m.take()
+	}
+	res, ok := pushResult(params)
+	if !ok {
+		m.deliver(k, true, nil)
+		return m.take()
+	}
+	if k.job != nil {
+		m.hold(k, res, now)
+		return m.take()
+	}
+	switch k.kind {
+	case kindHeads:
+		if h, ok := parseHeader(res); ok {
+			m.onHead(k, h, true, now)
+		} else {
+			m.deliver(k, true, nil)
+		}
+	case kindLogs:
+		if l, ok := parseLog(res); ok {
+			m.onLog(k, l, true)
+		} else {
+			m.deliver(k, true, nil)
+		}
+	}
+	return m.take()
+}
+
+func (m *Machine) hold(k *keyState, res []byte, now time.Time) {
+	k.held = append(k.held, append([]byte(nil), res...))
+	if len(k.held) > m.cfg.MaxHeld {
+		m.giveUp(k, "too_many_held", now)
+	}
+}
+
+// Answer is the event "the node answered request id": result is the raw
+// result (nil when it answered with an error).
+func (m *Machine) Answer(id uint64, result []byte, now time.Time) Effects {
+	r := m.reqs[id]
+	if r == nil {
+		return m.take()
+	}
+	delete(m.reqs, id)
+	k := m.keys[r.key]
+	if k == nil {
+		return m.take()
+	}
+	if r.purpose == purposeBaseline {
+		if n, ok := parseQuantityJSON(result); ok && !k.haveCovered {
+			k.covered, k.haveCovered = n, true
+		}
+		return m.take()
+	}
+	j := k.job
+	if j == nil {
+		return m.take()
+	}
+	j.inflight--
+	switch {
+	case result == nil:
+		m.failed(k, r, now)
+	case string(result) == "null":
+		m.null(k, r, now)
+	default:
+		m.answered(k, r, result, now)
+	}
+	if k.job == j {
+		m.pump(k, now)
+	}
+	return m.take()
+}
+
+// Tick is the event "time is now": requests past their deadline count as
+// failed, retries that are due are sent, jobs past their deadline give up.
+func (m *Machine) Tick(now time.Time) Effects {
+	for id, r := range m.reqs {
+		if now.Before(r.deadline) {
+			continue
+		}
+		delete(m.reqs, id)
+		k := m.keys[r.key]
+		if k == nil || k.job == nil {
+			continue
+		}
+		k.job.inflight--
+		m.failed(k, r, now)
+	}
+	for _, key := range m.sortedKeys() {
+		k := m.keys[key]
+		if k == nil || k.job == nil {
+			continue
+		}
+		if !now.Before(k.job.deadline) {
+			m.giveUp(k, "timeout", now)
+			continue
+		}
+		m.pump(k, now)
+	}
+	return m.take()
+}
+
+func (m *Machine) sortedKeys() []string {
+	keys := make([]string, 0, len(m.keys))
+	for key, k := range m.keys {
+		if k.job != nil {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// failed handles an error answer or a timeout of r.
+func (m *Machine) failed(k *keyState, r *request, now time.Time) {
+	r.attempts++
+	if r.attempts >= m.cfg.Attempts {
+		if r.purpose == purposeGetLogs {
+			// That range stays missing; the rest is delivered.
+			k.job.missing = true
+			k.job.chunks--
+			m.afterChunk(k, now)
+			return
+		}
+		m.giveUp(k, "failed", now)
+		return
+	}
+	m.retryLater(k, r, now)
+}
+
+// null handles a null answer: the node has not got the block yet.
+func (m *Machine) null(k *keyState, r *request, now time.Time) {
+	switch r.purpose {
+	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock:
+	default:
+		m.failed(k, r, now)
+		return
+	}
+	r.nulls++
+	if r.nulls > m.cfg.NullRetries {
+		m.giveUp(k, "unavailable", now)
+		return
+	}
+	m.retryLater(k, r, now)
+}
+
+func (m *Machine) retryLater(k *keyState, r *request, now time.Time) {
+	r.retryAt = now.Add(m.cfg.RetryDelay)
+	k.job.queue = append(k.job.queue, r)
+}
+
+func (m *Machine) startJob(k *keyState, now time.Time) *job {
+	k.job = &job{started: now, deadline: now.Add(m.cfg.JobTimeout)}
+	return k.job
+}
+
+// enqueue adds a new request to k's job and sends what may be sent.
+func (m *Machine) enqueue(k *keyState, r *request, now time.Time) {
+	r.key = k.key
+	k.job.queue = append(k.job.queue, r)
+	m.pump(k, now)
+}
+
+// pump sends queued requests that are due while the job has room.
+func (m *Machine) pump(k *keyState, now time.Time) {
+	j := k.job
+	if j == nil {
+		return
+	}
+	kept := j.queue[:0]
+	for _, r := range j.queue {
+		if j.inflight >= m.cfg.MaxInFlight || (!r.retryAt.IsZero() && now.Before(r.retryAt)) {
+			kept = append(kept, r)
+			continue
+		}
+		r.retryAt = time.Time{}
+		j.inflight++
+		m.sendNew(k, r, now)
+	}
+	clear(j.queue[len(kept):])
+	j.queue = kept
+}
+
+// sendNew sends r under a fresh id.
+func (m *Machine) sendNew(k *keyState, r *request, now time.Time) {
+	m.nextID++
+	r.id = m.nextID
+	r.key = k.key
+	r.deadline = now.Add(m.cfg.RequestTimeout)
+	m.reqs[r.id] = r
+	m.eff.Sends = append(m.eff.Sends, Send{ID: r.id, Key: k.key, Method: r.method, Params: r.params, Purpose: r.purpose})
+}
+
+func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time) {
+	switch r.purpose {
+	case purposeHeadByNumber, purposeHeadByHash:
+		m.headAnswered(k, r, result, now)
+	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs:
+		m.logsAnswered(k, r, result, now)
+	}
+}
+
+// endJob finishes k's job: counts its duration, then runs the pushes it
+// held through the usual rules (one of them may start the next job).
+func (m *Machine) endJob(k *keyState, now time.Time) {
+	j := k.job
+	for id, r := range m.reqs {
+		if r.key == k.key {
+			delete(m.reqs, id)
+		}
+	}
+	k.job = nil
+	m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
+	held := k.held
+	k.held = nil
+	for i, res := range held {
+		if k.job != nil {
+			// A held push started another job: the rest wait for it.
+			k.held = append(k.held, held[i:]...)
+			return
+		}
+		switch k.kind {
+		case kindHeads:
+			if h, ok := parseHeader(res); ok {
+				m.onHead(k, h, false, now)
+				continue
+			}
+		case kindLogs:
+			if l, ok := parseLog(res); ok {
+				m.onLog(k, l, false)
+				continue
+			}
+		}
+		m.deliver(k, false, res)
+	}
+}
+
+// giveUp ends k's job past a bound: what it has is delivered in order,
+// then what it held, and the gap is counted.
+func (m *Machine) giveUp(k *keyState, reason string, now time.Time) {
+	j := k.job
+	if j == nil {
+		return
+	}
+	m.gap(k, reason)
+	switch k.kind {
+	case kindHeads:
+		m.deliverChain(k, now)
+	case kindLogs:
+		j.missing = false // counted just now
+		m.deliverLogs(k, now)
+	}
+}
+
+func parseQuantityJSON(raw []byte) (uint64, bool) {
+	s, err := strconv.Unquote(string(raw))
+	if err != nil {
+		return 0, false
+	}
+	return parseQuantity(s)
+}

@@ -1,0 +1,204 @@
+package gapfill
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// header is what the machine knows of a block header: its number, hash,
+// parent hash, and its newHeads object (the result geth pushes).
+type header struct {
+	num    uint64
+	hash   string // lowercase 0x-hex
+	parent string
+	raw    []byte
+}
+
+// logEntry is one log as geth pushes it and eth_getLogs returns it.
+type logEntry struct {
+	block   uint64
+	hash    string // block hash, lowercase
+	index   uint64
+	removed bool
+	raw     []byte
+}
+
+// headerFields are types.Header's JSON members in the order geth's
+// gencodec marshaller writes them (core/types/gen_header_json.go, geth
+// v1.17.10): the shape of a newHeads push. Optional members a block lacks
+// are written as null, as geth does.
+var headerFields = []string{
+	"parentHash", "sha3Uncles", "miner", "stateRoot", "transactionsRoot",
+	"receiptsRoot", "logsBloom", "difficulty", "number", "gasLimit", "gasUsed",
+	"timestamp", "extraData", "mixHash", "nonce", "baseFeePerGas",
+	"withdrawalsRoot", "blobGasUsed", "excessBlobGas", "parentBeaconBlockRoot",
+	"requestsHash", "blockAccessListHash", "slotNumber", "hash",
+}
+
+// requiredHeaderFields must be present in a block for it to be turned into
+// a newHeads object.
+var requiredHeaderFields = []string{"parentHash", "number", "hash"}
+
+// HeaderFromBlock turns an eth_getBlockByNumber(n, false) result (geth's
+// RPCMarshalBlock: header members, alphabetical, plus size, transactions,
+// uncles, withdrawals) into the object geth pushes for newHeads. It reports
+// false when block is not a block object.
+func HeaderFromBlock(block []byte) ([]byte, bool) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(block, &m); err != nil || m == nil {
+		return nil, false
+	}
+	for _, f := range requiredHeaderFields {
+		if _, ok := m[f]; !ok {
+			return nil, false
+		}
+	}
+	out := make([]byte, 0, len(block))
+	out = append(out, '{')
+	for i, f := range headerFields {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendQuote(out, f)
+		out = append(out, ':')
+		v, ok := m[f]
+		if !ok {
+			out = append(out, "null"...)
+			continue
+		}
+		out = appendCompact(out, v)
+	}
+	return append(out, '}'), true
+}
+
+func appendCompact(dst, v []byte) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		return append(dst, v...)
+	}
+	return append(dst, b.Bytes()...)
+}
+
+// parseHeader reads number, hash and parentHash of a newHeads object (or a
+// block). It reports false for anything else, such as a payload that is no
+// header at all.
+func parseHeader(raw []byte) (header, bool) {
+	var h struct {
+		Number     string `json:"number"`
+		Hash       string `json:"hash"`
+		ParentHash string `json:"parentHash"`
+	}
+	if json.Unmarshal(raw, &h) != nil || !isHash(h.Hash) || !isHash(h.ParentHash) {
+		return header{}, false
+	}
+	n, ok := parseQuantity(h.Number)
+	if !ok {
+		return header{}, false
+	}
+	return header{num: n, hash: strings.ToLower(h.Hash), parent: strings.ToLower(h.ParentHash), raw: raw}, true
+}
+
+// parseLog reads the position of a log. It reports false for anything that
+// is not a mined log.
+func parseLog(raw []byte) (logEntry, bool) {
+	var l struct {
+		BlockNumber string `json:"blockNumber"`
+		BlockHash   string `json:"blockHash"`
+		LogIndex    string `json:"logIndex"`
+		Removed     bool   `json:"removed"`
+	}
+	if json.Unmarshal(raw, &l) != nil || !isHash(l.BlockHash) {
+		return logEntry{}, false
+	}
+	b, ok1 := parseQuantity(l.BlockNumber)
+	i, ok2 := parseQuantity(l.LogIndex)
+	if !ok1 || !ok2 {
+		return logEntry{}, false
+	}
+	return logEntry{block: b, hash: strings.ToLower(l.BlockHash), index: i, removed: l.Removed, raw: raw}, true
+}
+
+func isHash(s string) bool { return len(s) == 66 && (s[:2] == "0x" || s[:2] == "0X") }
+
+// parseQuantity reads a JSON-RPC quantity ("0x1a").
+func parseQuantity(s string) (uint64, bool) {
+	if len(s) < 3 || (s[:2] != "0x" && s[:2] != "0X") {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s[2:], 16, 64)
+	return n, err == nil
+}
+
+func quantity(n uint64) string { return "0x" + strconv.FormatUint(n, 16) }
+
+// asRemoved returns a copy of a log's raw object with "removed" set true.
+func asRemoved(raw []byte) []byte {
+	var m map[string]json.RawMessage
+	if i := bytes.LastIndex(raw, []byte(`"removed":false`)); i >= 0 {
+		out := make([]byte, 0, len(raw)+1)
+		out = append(out, raw[:i]...)
+		out = append(out, `"removed":true`...)
+		return append(out, raw[i+len(`"removed":false`):]...)
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return raw
+	}
+	m["removed"] = json.RawMessage("true")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// pushResult returns params.result of an eth_subscription push's params.
+func pushResult(params []byte) ([]byte, bool) {
+	var p struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if json.Unmarshal(params, &p) != nil || len(p.Result) == 0 {
+		return nil, false
+	}
+	return p.Result, true
+}
+
+// subscriptionName returns the subscription name of a key (canonical
+// eth_subscribe params) and, for logs, its filter object's members.
+func subscriptionName(key string) (string, map[string]json.RawMessage) {
+	var v []json.RawMessage
+	if json.Unmarshal([]byte(key), &v) != nil || len(v) == 0 {
+		return "", nil
+	}
+	var name string
+	if json.Unmarshal(v[0], &name) != nil {
+		return "", nil
+	}
+	if name != "logs" {
+		return name, nil
+	}
+	f := map[string]json.RawMessage{}
+	if len(v) > 1 {
+		if json.Unmarshal(v[1], &f) != nil || f == nil {
+			f = map[string]json.RawMessage{}
+		}
+	}
+	delete(f, "fromBlock")
+	delete(f, "toBlock")
+	delete(f, "blockHash")
+	return name, f
+}
+
+// getLogsParams builds eth_getLogs params: the key's filter over
+// [from, to].
+func getLogsParams(filter map[string]json.RawMessage, from, to uint64) []byte {
+	f := make(map[string]json.RawMessage, len(filter)+2)
+	for k, v := range filter {
+		f[k] = v
+	}
+	f["fromBlock"] = json.RawMessage(strconv.Quote(quantity(from)))
+	f["toBlock"] = json.RawMessage(strconv.Quote(quantity(to)))
+	b, _ := json.Marshal([]any{f})
+	return b
+}
