@@ -133,6 +133,33 @@ func TestUpstreamArrays(t *testing.T) {
 		c.barrier()
 	})
 
+	// A node may answer each call of an array in an array of its own: the
+	// first call's ordinary error stays its own (only -32600 refuses the
+	// whole array).
+	t.Run("arrays of one, first an error", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, harnessOpts{})
+		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+			cs := calls(elems)
+			fc.Send(arrayOf(errorFrame(cs[0].ID, 3, "execution reverted")))
+			for _, r := range cs[1:] {
+				fc.Send(arrayOf(echo(r)))
+			}
+		}}
+		h.fake.SetHandler(col.handle)
+		c := h.dial(t)
+		got := map[string]resp{}
+		for _, r := range parseBatch(t, c.call(fourElementBatch)) {
+			got[string(r.ID)] = r
+		}
+		wantError(t, got[`1`], `1`, 3, "execution reverted")
+		wantEcho(t, got[`"x"`], `"x"`, "eth_b", `["b"]`)
+		wantEcho(t, got[`3`], `3`, "eth_c", `["c"]`)
+		if n := h.srv.Metrics().DroppedCount(DropUnknownID); n != 0 {
+			t.Errorf("unknown_id drops = %v, want 0", n)
+		}
+	})
+
 	// A lone id:null object cannot be told apart on a shared socket: it is
 	// dropped, and the batch's elements time out; nobody else is touched.
 	t.Run("lone id null", func(t *testing.T) {

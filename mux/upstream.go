@@ -363,7 +363,10 @@ func (s *Server) routeResponse(u *upstreamConn, buf []byte, m *router.Message, l
 // wrote it, under its own id. Caller holds s.mu.
 func (s *Server) arrayAnsweredLocked(uid uint64, p router.Pending, frame []byte, m *router.Message, arrayOfOne bool) [][]byte {
 	var next [][]byte
-	if first, calls := p.Up.FirstInFlight(); arrayOfOne && m.Error.Present() && first == uid && calls > 1 {
+	// Only -32600 (invalid request) counts as refusing the array: a node
+	// that answers each call in an array of its own is within JSON-RPC, and
+	// the first call's ordinary error (a revert) must stay its own.
+	if first, calls := p.Up.FirstInFlight(); arrayOfOne && first == uid && calls > 1 && responseCode(frame, m) == router.CodeInvalidRequest {
 		elem, idSpan := router.Element(frame, m)
 		code := responseCode(frame, m)
 		for _, id := range p.Up.InFlight(nil) {
@@ -486,15 +489,21 @@ func (s *Server) upstreamLost(u *upstreamConn) {
 		s.settledLocked(p)
 		failed = append(failed, p)
 	})
+	// Answered in the same hold that settled them: nothing (Shutdown, an
+	// IPC session after a half-close) may see a client idle with its
+	// answer not yet queued.
+	lost := router.ErrorUnavailable.Because("connection lost")
+	for _, p := range failed {
+		if c := s.clients[p.Client]; c != nil && p.Client != router.Internal {
+			s.deliverLocked(c, p, router.ErrorResponse(p.ID, lost), lost.Code)
+		}
+	}
 	s.subscriptionsLostLocked()
 	s.gap.Disconnected()
 	clear(s.gapReqs)
 	s.mu.Unlock()
 	s.metrics.Retried.Add(float64(retried))
 	s.log.Warn("upstream lost", "gen", u.Gen, "retrying", retried, "failed", len(failed))
-	for _, p := range failed {
-		s.answerError(p, router.ErrorUnavailable.Because("connection lost"))
-	}
 }
 
 // dropped counts a dropped upstream message and logs it, at most once a
