@@ -213,7 +213,7 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	for _, d := range []struct {
 		name string
 		d    Duration
-	}{{"request_timeout", c.RequestTimeout}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace},
+	}{{"request_timeout", c.RequestTimeout}, {"upstream_wait", c.UpstreamWait}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace},
 		{"reconnect_initial", c.ReconnectInitial}, {"reconnect_max", c.ReconnectMax}} {
 		if d.d.Duration <= 0 {
 			add("%s: must be positive, got %s", d.name, d.d.Duration)
