@@ -1,11 +1,13 @@
 # muxd developer tasks. CI runs .ci/run, which runs `make test`, `make bench-smoke`
-# and `make fuzz`.
+# and `make fuzz`. Needs: Go (go.mod's version), make, bash, and for -race a C
+# compiler (gcc) with cgo; scripts/prereqs.sh says which is missing.
 #
 #   make test   go vet + all tests with -race; the geth --dev integration tests
 #               use .bin/geth (installed here) or $MUXD_GETH if set
 #   make geth   install the pinned geth into .bin/geth (scripts/install-geth.sh)
 #   make fuzz   short fuzz runs of every FuzzXxx target (FUZZTIME each, default 20s)
 #   make dev    geth --dev on ws://127.0.0.1:8546 + muxd on ws://127.0.0.1:8547
+#               (DEV_GETH_WS_PORT, DEV_MUXD_LISTEN, MUXD_GETH; ARGS for muxd)
 #   make bench-smoke  the benchmark suite (integration/bench) at tiny sizes, seconds,
 #               no thresholds; the full suite is `go run ./integration/bench`
 
@@ -22,6 +24,7 @@ GETH_BIN := $(CURDIR)/.bin/geth
 # With MUXD_GETH set the install is skipped and that binary is used. A failed
 # install is fatal under CI=true; locally the geth tests then skip instead.
 test:
+	@GO="$(GO)" bash scripts/prereqs.sh race
 	@if [[ -z "$${MUXD_GETH:-}" ]]; then \
 		if ! bash scripts/install-geth.sh >/dev/null; then \
 			if [[ "$${CI:-}" == true ]]; then echo "make test: geth install failed" >&2; exit 1; fi; \
@@ -43,8 +46,10 @@ geth:
 fuzz:
 	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" bash scripts/fuzz.sh
 
+# ARGS go to muxd: make dev ARGS="--log-level debug"
 dev:
-	@bash scripts/dev.sh
+	@GO="$(GO)" bash scripts/prereqs.sh
+	@GO="$(GO)" bash scripts/dev.sh $(ARGS)
 
 # ---- bench-smoke: the benchmark suite at tiny sizes (also run by .ci/run) --
 bench-smoke:

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -23,6 +21,14 @@ import (
 
 // ErrConfig marks a configuration that cannot be used; muxd exits 2.
 var ErrConfig = errors.New("invalid configuration")
+
+// unreadableFileError is a config file that could not be read or is not
+// valid TOML: it is reported alone, since every other problem reported with
+// it ("upstream: not set"…) would only follow from it.
+type unreadableFileError struct{ err error }
+
+func (e *unreadableFileError) Error() string { return e.err.Error() }
+func (e *unreadableFileError) Unwrap() error { return e.err }
 
 // Duration is a time.Duration written as "30s" in the config file.
 type Duration struct{ time.Duration }
@@ -53,6 +59,7 @@ type Config struct {
 	IPCGroup              string            `toml:"ipc_group"`
 	Metrics               string            `toml:"metrics"`
 	RequestTimeout        Duration          `toml:"request_timeout"`
+	UpstreamWait          Duration          `toml:"upstream_wait"`
 	HTTPReadHeaderTimeout Duration          `toml:"http_read_header_timeout"`
 	HTTPReadTimeout       Duration          `toml:"http_read_timeout"`
 	HTTPIdleTimeout       Duration          `toml:"http_idle_timeout"`
@@ -88,6 +95,7 @@ func defaults() Config {
 		Listen:                "127.0.0.1:8547",
 		IPCMode:               "0600",
 		RequestTimeout:        Duration{mux.DefaultRequestTimeout},
+		UpstreamWait:          Duration{mux.DefaultUpstreamWait},
 		HTTPReadHeaderTimeout: Duration{mux.DefaultHTTPReadHeaderTimeout},
 		HTTPReadTimeout:       Duration{mux.DefaultHTTPReadTimeout},
 		HTTPIdleTimeout:       Duration{mux.DefaultHTTPIdleTimeout},
@@ -131,9 +139,9 @@ func loadFile(cfg *Config, file string) error {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return tomlSyntaxError(file, err)
+			return &unreadableFileError{tomlSyntaxError(file, err)}
 		}
-		return fmt.Errorf("%s: %w", file, err)
+		return &unreadableFileError{err}
 	}
 	fields := map[string]reflect.Value{}
 	v := reflect.ValueOf(cfg).Elem()
@@ -175,13 +183,9 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	var errs *multierror.Error
 	add := func(format string, args ...any) { errs = multierror.Append(errs, fmt.Errorf(format, args...)) }
 	if c.Upstream == "" {
-		add("upstream: not set (use --upstream, the config file, or MUXD_UPSTREAM)")
-	} else if p := urlProblem(c.Upstream); p != "" {
-		add("upstream (from %s): not a URL: %s (the URL is not shown: it may hold credentials)", upstreamFrom, p)
-	} else if u, _ := url.Parse(c.Upstream); u.Host == "" {
-		add("upstream (from %s): must be a ws:// or wss:// URL with a host, as in wss://node.example/KEY (the value is not shown: it may hold credentials)", upstreamFrom)
-	} else if u.Scheme != "ws" && u.Scheme != "wss" {
-		add("upstream (from %s): must be a ws:// or wss:// URL, got %s", upstreamFrom, reconnect.Redact(c.Upstream))
+		add("upstream: not set (use --upstream, the config file, or MUXD_UPSTREAM); for example ws://127.0.0.1:8546")
+	} else if p := upstreamProblem(c.Upstream); p != "" {
+		add("upstream (from %s): %s", upstreamFrom, p)
 	}
 	badNames := 0
 	for _, name := range slices.Sorted(maps.Keys(c.UpstreamHeaders)) {
@@ -202,10 +206,8 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 		if a.addr == "" {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(a.addr); err != nil {
-			add("%s: %q is not host:port: %v", a.name, a.addr, err)
-		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-			add("%s: %q has a bad port", a.name, a.addr)
+		if p := listenAddrProblem(a.addr); p != "" {
+			add("%s: %s", a.name, p)
 		}
 	}
 	if c.Metrics != "" && c.Metrics == c.Listen {
@@ -220,7 +222,7 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	for _, d := range []struct {
 		name string
 		d    Duration
-	}{{"request_timeout", c.RequestTimeout}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace},
+	}{{"request_timeout", c.RequestTimeout}, {"upstream_wait", c.UpstreamWait}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace},
 		{"reconnect_initial", c.ReconnectInitial}, {"reconnect_max", c.ReconnectMax},
 		{"http_read_header_timeout", c.HTTPReadHeaderTimeout}, {"http_read_timeout", c.HTTPReadTimeout},
 		{"http_idle_timeout", c.HTTPIdleTimeout}} {

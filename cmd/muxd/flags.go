@@ -36,49 +36,11 @@ func (o optionFlag) Set(v string) error {
 	return nil
 }
 
-// optionHelp is the flag help for each option; the README reference says the
-// same at more length.
-var optionHelp = map[string]string{
-	"upstream":                 "node WebSocket URL, ws:// or wss:// (or MUXD_UPSTREAM)",
-	"upstream_headers":         `header for the upstream handshake, "Name: value"; repeatable`,
-	"upstream_read_limit":      "largest upstream message in bytes",
-	"ping_interval":            "upstream keepalive ping interval (0 disables)",
-	"ping_timeout":             "upstream keepalive pong timeout",
-	"reconnect_initial":        "first delay before redialling the upstream (doubles, jittered)",
-	"reconnect_max":            "longest delay between upstream dial attempts",
-	"listen":                   "WebSocket and HTTP address for clients",
-	"ipc":                      "Unix socket path for IPC clients",
-	"ipc_mode":                 "IPC socket file mode (octal)",
-	"ipc_group":                "IPC socket group",
-	"metrics":                  "address for /metrics, /healthz, /readyz",
-	"request_timeout":          "per-request deadline",
-	"http_read_header_timeout": "an HTTP request's headers must arrive within this",
-	"http_read_timeout":        "an HTTP request's body must arrive within this (408 past it)",
-	"http_idle_timeout":        "an idle keep-alive HTTP connection is closed after this",
-	"max_connections":          "connections open on --listen, WebSocket included (0: max_clients)",
-	"shutdown_grace":           "how long in-flight requests may finish on shutdown",
-	"log_level":                "debug, info, warn or error",
-	"log_format":               "text or json",
-	"allowed_origins":          "Origin host patterns browsers may connect from (comma-separated)",
-	"allowed_hosts":            `Host header values accepted ("*" for any; comma-separated)`,
-	"deny_methods":             "refused method patterns, * any run, ? one character, case ignored (comma-separated)",
-	"retry_methods":            "methods re-sent after an upstream reconnect (comma-separated)",
-	"max_clients":              "concurrent client sessions",
-	"max_in_flight":            "requests in flight per client",
-	"max_held_bytes":           "bytes of one client's requests held in flight or waiting (-32005 past it)",
-	"upstream_max_batch":       "most elements in one array sent to the node (geth's --rpc.batch-request-limit)",
-	"max_batch":                "elements per batch",
-	"max_message_bytes":        "largest client message in bytes",
-	"max_subscriptions":        "subscriptions per client",
-	"max_waiting":              "requests held while no upstream is connected (all clients)",
-	"outbound_queue_bytes":     "bytes queued for a client before it is a slow consumer",
-	"http_body_bytes":          "largest HTTP request body in bytes",
-	"backfill_blocks":          "most blocks of heads and logs a subscriber is sent after a reconnect or a head jump (0: off)",
-}
-
 // newFlagSet defines one flag per config option, named after its TOML key
-// with "_" written as "-", plus --config.
-func newFlagSet(name string) (*flag.FlagSet, *flagValues, *string) {
+// with "_" written as "-", plus --config and --version. Every option flag,
+// and --config, records what it is given in fv (so a repeated one can be
+// refused); the help is help.go's, not the flag package's.
+func newFlagSet(name string) (*flag.FlagSet, *flagValues, *bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fv := &flagValues{vals: map[string][]string{}}
 	t := reflect.TypeOf(Config{})
@@ -86,8 +48,35 @@ func newFlagSet(name string) (*flag.FlagSet, *flagValues, *string) {
 		key := t.Field(i).Tag.Get("toml")
 		fs.Var(optionFlag{fv, key}, strings.ReplaceAll(key, "_", "-"), optionHelp[key])
 	}
-	file := fs.String("config", "", "TOML config file")
-	return fs, fv, file
+	fs.Var(optionFlag{fv, "config"}, "config", "TOML config file")
+	showVersion := fs.Bool("version", false, "print the version")
+	return fs, fv, showVersion
+}
+
+// configFile returns the --config value, "" when none was given.
+func (fv *flagValues) configFile() string {
+	if v := fv.vals["config"]; len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
+}
+
+// repeated lists the single-valued flags given more than once: an error,
+// never a silent override (lists and --upstream-headers may repeat).
+func (fv *flagValues) repeated() error {
+	var errs *multierror.Error
+	kinds := map[string]reflect.Kind{"config": reflect.String}
+	t := reflect.TypeOf(Config{})
+	for i := 0; i < t.NumField(); i++ {
+		kinds[t.Field(i).Tag.Get("toml")] = t.Field(i).Type.Kind()
+	}
+	for _, name := range fv.order {
+		if k := kinds[name]; len(fv.vals[name]) > 1 && k != reflect.Slice && k != reflect.Map {
+			errs = multierror.Append(errs, fmt.Errorf("--%s: given %d times; give it once (a later value does not override an earlier one)",
+				strings.ReplaceAll(name, "_", "-"), len(fv.vals[name])))
+		}
+	}
+	return errs.ErrorOrNil()
 }
 
 // apply sets the options given as flags over cfg, reporting every bad value.
@@ -154,20 +143,15 @@ func setField(f reflect.Value, vals []string) error {
 	return nil
 }
 
-// parseFlags parses args with fs. The usage goes to stderr for -h and for
-// a bad flag; the error returned quotes nothing typed except a plain flag
-// name, since the flag package's own errors ("bad flag syntax: …",
-// "invalid value … for flag …") print what may be a secret.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	show := fs.Usage
-	fs.Usage = func() {
-		fs.SetOutput(stderr)
-		show()
-		fs.SetOutput(io.Discard)
-	}
+// parseFlags parses args with fs, printing nothing: -h and --help return
+// flag.ErrHelp for the caller to print its help on stdout. The error
+// returned quotes nothing typed except a plain flag name, since the flag
+// package's own errors ("bad flag syntax: …", "invalid value … for flag …")
+// print what may be a secret.
+func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	err := fs.Parse(args)
-	fs.SetOutput(stderr)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return err
 	}

@@ -4,7 +4,8 @@
 //	muxd [serve] --upstream ws://127.0.0.1:8546 [--listen 127.0.0.1:8547] [--config FILE] …
 //	muxd check --config FILE
 //	muxd probe URL
-//	muxd version
+//	muxd version (or --version)
+//	muxd help [command] (or -h, --help)
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-multierror"
@@ -35,73 +37,124 @@ func main() {
 // run is muxd's command line; it returns the exit code: 0 on success, 1 on a
 // runtime failure, 2 on a usage or configuration error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
+	cmd, named := "serve", false
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+		cmd, args, named = args[0], args[1:], true
 	}
 	switch cmd {
 	case "version":
+		if len(args) > 0 {
+			fmt.Fprintln(stderr, "muxd version: takes no arguments")
+			return 2
+		}
 		fmt.Fprintln(stdout, "muxd", versionString())
 		return 0
+	case "help":
+		return runHelp(args, stdout, stderr)
 	case "check":
-		cfg, _, err := loadConfig(args, stderr)
+		cfg, _, err := loadConfig(args)
 		if err != nil {
-			return reportConfigError(err, stderr)
+			return reportConfigError(cmd, err, stdout, stderr)
+		}
+		if cfg.IPC != "" {
+			if note := ipcDirNote(cfg.IPC); note != "" {
+				fmt.Fprintln(stderr, "muxd check: note:", note)
+			}
 		}
 		fmt.Fprintf(stdout, "configuration ok (upstream %s)\n", redactedUpstream(cfg))
 		return 0
 	case "probe":
 		return runProbe(ctx, args, stdout, stderr)
 	case "serve":
-		cfg, exposed, err := loadConfig(args, stderr)
+		cfg, exposed, err := loadConfig(args)
+		if errors.Is(err, flag.ErrHelp) && !named {
+			return runHelp(nil, stdout, stderr) // muxd --help: the commands too
+		}
 		if err != nil {
-			return reportConfigError(err, stderr)
+			return reportConfigError(cmd, err, stdout, stderr)
 		}
 		if err := serve(ctx, cfg, exposed, stderr); err != nil {
-			fmt.Fprintln(stderr, "muxd:", err)
+			fmt.Fprintln(stderr, "muxd:", withListFormat(err))
 			return 1
 		}
 		return 0
 	}
 	// Shown only when it is a plain word: a URL or key put first by
 	// mistake is not echoed.
-	fmt.Fprintf(stderr, "muxd: unknown command %s (serve, check, probe, version)\n", shownWord(cmd))
+	fmt.Fprintf(stderr, "muxd: unknown command %s (serve, check, probe, version, help); options start with --\n", shownWord(cmd))
 	return 2
 }
 
-func reportConfigError(err error, stderr io.Writer) int {
-	if errors.Is(err, flag.ErrHelp) {
+// errShowVersion is what loadConfig returns for --version.
+var errShowVersion = errors.New("--version")
+
+// reportConfigError prints what loadConfig returned for the command cmd and
+// returns the exit code: 0 for --help and --version, 2 for a usage or
+// configuration error.
+func reportConfigError(cmd string, err error, stdout, stderr io.Writer) int {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return runHelp([]string{cmd}, stdout, stderr)
+	case errors.Is(err, errShowVersion):
+		fmt.Fprintln(stdout, "muxd", versionString())
 		return 0
 	}
 	fmt.Fprintln(stderr, "muxd:", err)
+	fmt.Fprintf(stderr, "Run 'muxd help %s' for every option with its default.\n", cmd)
 	return 2
+}
+
+// listFormat writes several errors one to a line.
+func listFormat(errs []error) string {
+	if len(errs) == 1 {
+		return errs[0].Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d problems:", len(errs))
+	for _, e := range errs {
+		b.WriteString("\n  - " + e.Error())
+	}
+	return b.String()
 }
 
 // loadConfig builds the configuration: defaults, then the config file, then
 // MUXD_UPSTREAM, then flags. It also returns the options given as flags
-// whose values may be secrets (see flagValues.exposedSecrets).
-func loadConfig(args []string, stderr io.Writer) (*Config, []string, error) {
-	fs, fv, file := newFlagSet("muxd")
-	if err := parseFlags(fs, args, stderr); err != nil {
+// whose values may be secrets (see flagValues.exposedSecrets). It returns
+// flag.ErrHelp for -h and errShowVersion for --version.
+func loadConfig(args []string) (*Config, []string, error) {
+	fs, fv, showVersion := newFlagSet("muxd")
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil, err
 		}
 		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if *showVersion {
+		return nil, nil, errShowVersion
 	}
 	if fs.NArg() > 0 {
 		// Not quoted: a stray argument is often the rest of a value
 		// with spaces, such as a header's.
 		return nil, nil, fmt.Errorf("%w: %d unexpected argument(s) after the options (not shown; a value with spaces needs quotes, and a command comes first)", ErrConfig, fs.NArg())
 	}
+	if err := fv.repeated(); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, withListFormat(err))
+	}
 	// Every problem is reported at once: the file's, the flags' and the
-	// resulting configuration's.
+	// resulting configuration's; but a file that cannot be read or parsed
+	// is reported alone, since the rest would follow from it.
 	cfg := defaults()
 	var errs *multierror.Error
 	upstreamFrom := ""
-	if *file != "" {
-		errs = multierror.Append(errs, loadFile(&cfg, *file))
+	if file := fv.configFile(); file != "" {
+		err := loadFile(&cfg, file)
+		var unreadable *unreadableFileError
+		if errors.As(err, &unreadable) {
+			return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		errs = multierror.Append(errs, err)
 		if cfg.Upstream != "" {
-			upstreamFrom = *file
+			upstreamFrom = file
 		}
 	}
 	if v := os.Getenv("MUXD_UPSTREAM"); v != "" {
@@ -113,9 +166,20 @@ func loadConfig(args []string, stderr io.Writer) (*Config, []string, error) {
 	errs = multierror.Append(errs, fv.apply(&cfg))
 	errs = multierror.Append(errs, cfg.problems(upstreamFrom))
 	if err := errs.ErrorOrNil(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, withListFormat(err))
 	}
 	return &cfg, fv.exposedSecrets(), nil
+}
+
+// withListFormat flattens a multierror and gives it listFormat.
+func withListFormat(err error) error {
+	var me *multierror.Error
+	if errors.As(err, &me) {
+		flat := multierror.Flatten(me).(*multierror.Error)
+		flat.ErrorFormat = listFormat
+		return flat
+	}
+	return err
 }
 
 func versionString() string {

@@ -262,7 +262,7 @@ X-Extra = "1"
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("MUXD_UPSTREAM", tt.env)
-			cfg, _, err := loadConfig(tt.args, io.Discard)
+			cfg, _, err := loadConfig(tt.args)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,11 +316,11 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("MUXD_UPSTREAM", "")
-	if _, _, err := loadConfig([]string{"--config", example}, io.Discard); err == nil || !strings.Contains(err.Error(), "upstream: not set") {
+	if _, _, err := loadConfig([]string{"--config", example}); err == nil || !strings.Contains(err.Error(), "upstream: not set") {
 		t.Fatalf("example without upstream: %v", err)
 	}
 	t.Setenv("MUXD_UPSTREAM", "ws://127.0.0.1:8546")
-	cfg, _, err := loadConfig([]string{"--config", example}, io.Discard)
+	cfg, _, err := loadConfig([]string{"--config", example})
 	if err != nil {
 		t.Fatalf("example config does not validate: %v", err)
 	}
@@ -342,7 +342,7 @@ func TestExampleConfig(t *testing.T) {
 	// its headers are examples, not defaults).
 	uncommented := exampleOption.ReplaceAllString(string(data), "$1 = $2")
 	f := writeFile(t, "uncommented.toml", uncommented)
-	got, _, err := loadConfig([]string{"--config", f}, io.Discard)
+	got, _, err := loadConfig([]string{"--config", f})
 	if err != nil {
 		t.Fatalf("uncommented example: %v", err)
 	}

@@ -68,11 +68,12 @@ type ProbeRow struct {
 
 // ProbeReport is everything one probe round found.
 type ProbeReport struct {
-	Endpoint     string     `json:"endpoint"`
-	Rows         []ProbeRow `json:"rows"`
-	BatchInOrder bool       `json:"batch_in_order"`
-	Unmatched    int        `json:"unmatched"`
-	UnknownIDs   []string   `json:"unknown_ids"`
+	Endpoint      string     `json:"endpoint"`
+	Rows          []ProbeRow `json:"rows"`
+	BatchAnswered bool       `json:"batch_answered"` // an array came back for the batch
+	BatchInOrder  bool       `json:"batch_in_order"`
+	Unmatched     int        `json:"unmatched"`
+	UnknownIDs    []string   `json:"unknown_ids"`
 }
 
 type rpcResponse struct {
@@ -95,32 +96,36 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	count := fs.Int("count", 1, "rounds to run")
 	timeout := fs.Duration("timeout", 10*time.Second, "deadline for each round")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: muxd probe [--json] [--count N] [--timeout D] URL (http, https, ws, wss)")
-		fs.PrintDefaults()
-	}
 	// Allow the URL before or after the flags.
 	var target string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		target, args = args[0], args[1:]
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	usageError := func(msg string) int {
+		fmt.Fprintln(stderr, "muxd probe:", msg)
+		fmt.Fprintln(stderr, "usage: muxd probe [--json] [--count N] [--timeout D] URL (http, https, ws, wss); run 'muxd help probe'")
+		return 2
+	}
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			helpProbe(stdout)
 			return 0
 		}
-		fmt.Fprintln(stderr, "muxd probe:", err) // after the usage
-		return 2
+		return usageError(err.Error())
 	}
-	if target == "" && fs.NArg() == 1 {
+	switch {
+	case target == "" && fs.NArg() == 1:
 		target = fs.Arg(0)
-	} else if target == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	case target == "" && fs.NArg() == 0:
+		return usageError("no URL given")
+	case fs.NArg() > 0:
+		return usageError(fmt.Sprintf("one URL only; %d more argument(s) given (not shown)", fs.NArg()))
 	}
 	if *count < 1 {
-		fmt.Fprintln(stderr, "muxd probe: --count must be at least 1")
-		fs.Usage()
-		return 2
+		return usageError("--count must be at least 1")
+	}
+	if p := probeURLProblem(target); p != "" {
+		return usageError(p)
 	}
 	ok := true
 	var reports []ProbeReport
@@ -158,7 +163,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func dialProbe(ctx context.Context, target string) (exchanger, error) {
 	u, err := url.Parse(target)
 	if err != nil {
-		return nil, fmt.Errorf("probe: bad URL %s", reconnect.Redact(target))
+		return nil, errors.New(probeURLProblem(target))
 	}
 	switch u.Scheme {
 	case "http", "https":
@@ -166,7 +171,7 @@ func dialProbe(ctx context.Context, target string) (exchanger, error) {
 	case "ws", "wss":
 		c, _, err := websocket.Dial(ctx, target, nil)
 		if err != nil {
-			return nil, fmt.Errorf("dial %s: %s", reconnect.Redact(target), reconnect.Scrubber(target).Replace(err.Error()))
+			return nil, fmt.Errorf("cannot reach %s: %s (is muxd or the node running there?)", reconnect.Redact(target), reconnect.Scrubber(target).Replace(err.Error()))
 		}
 		c.SetReadLimit(64 << 20)
 		w := &wsExchanger{conn: c, waiting: map[string]chan []byte{}}
@@ -174,7 +179,31 @@ func dialProbe(ctx context.Context, target string) (exchanger, error) {
 		return w, nil
 	}
 	// The scheme is not shown: "user:password@host" parses as one.
-	return nil, errors.New("probe: the URL's scheme must be http, https, ws or wss (not shown)")
+	return nil, errors.New(probeURLProblem(target))
+}
+
+// probeURLProblem says what is wrong with a URL to probe, "" when nothing
+// is, showing it only in redacted form.
+func probeURLProblem(target string) string {
+	u, err := url.Parse(target)
+	if err == nil && u.Host != "" {
+		switch u.Scheme {
+		case "http", "https", "ws", "wss":
+			return ""
+		}
+	}
+	if guess := withWSScheme(target); guess != "" && !strings.Contains(target, "://") {
+		host := strings.TrimPrefix(guess, "ws://")
+		return fmt.Sprintf("the URL has no scheme: did you mean ws://%s or http://%s?", host, host)
+	}
+	if err != nil {
+		return "bad URL: " + urlProblem(target) + " (the URL is not shown: it may hold credentials)"
+	}
+	if u.Host == "" && (u.Scheme == "http" || u.Scheme == "https" || u.Scheme == "ws" || u.Scheme == "wss") {
+		return "bad URL: it has no host (the URL is not shown: it may hold credentials)"
+	}
+	// The scheme is not shown: "user:password@host" parses as one.
+	return "the URL's scheme must be http, https, ws or wss (not shown)"
 }
 
 // probe runs one round against target.
@@ -213,6 +242,10 @@ func probe(ctx context.Context, target string) (ProbeReport, error) {
 		byID[id] = r
 		order = append(order, id)
 	}
+	if errors.Is(err, errUnreachable) {
+		return ProbeReport{}, err
+	}
+	rep.BatchAnswered = err == nil
 	rep.BatchInOrder = err == nil && len(order) == len(calls)
 	for i, c := range calls {
 		want := strconv.Itoa(i + 1)
@@ -317,7 +350,10 @@ func printReport(w io.Writer, rep ProbeReport) {
 	}
 	tw.Flush()
 	order := "no (reordered; allowed by JSON-RPC, match by id)"
-	if rep.BatchInOrder {
+	switch {
+	case !rep.BatchAnswered:
+		order = "unknown (no answer to the batch)"
+	case rep.BatchInOrder:
 		order = "yes"
 	}
 	fmt.Fprintf(w, "batch returned in request order: %s\n", order)
@@ -329,6 +365,10 @@ func printReport(w io.Writer, rep ProbeReport) {
 	}
 }
 
+// errUnreachable is an HTTP endpoint that could not be reached at all: the
+// probe reports it once instead of a table of failed rows.
+var errUnreachable = errors.New("cannot reach")
+
 type httpExchanger struct{ url string }
 
 func (h *httpExchanger) exchange(ctx context.Context, body []byte) ([]byte, error) {
@@ -339,6 +379,12 @@ func (h *httpExchanger) exchange(ctx context.Context, body []byte) ([]byte, erro
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) && ctx.Err() == nil {
+			// Refused, no route, DNS, TLS: nothing answered at all.
+			return nil, fmt.Errorf("%w %s: %s (is muxd or the node running there?)", errUnreachable,
+				reconnect.Redact(h.url), reconnect.Scrubber(h.url).Replace(ue.Err.Error()))
+		}
 		return nil, fmt.Errorf("post: %s", reconnect.Scrubber(h.url).Replace(err.Error()))
 	}
 	defer resp.Body.Close()

@@ -54,7 +54,7 @@ func TestNoSecretInErrors(t *testing.T) {
 		{name: "url of the wrong scheme", args: []string{"check", "--upstream", "https://user:" + secret + "@node.example/" + secret + "?key=" + secret},
 			code: 2, want: []string{"upstream (from --upstream)", "ws:// or wss://", "https://node.example/…"}},
 		{name: "url without a host", args: []string{"check", "--upstream", secret + "@node.example"},
-			code: 2, want: []string{"upstream (from --upstream)", "with a host"}},
+			code: 2, want: []string{"upstream (from --upstream)", "has no scheme: did you mean ws://node.example?"}},
 		{name: "MUXD_UPSTREAM with a bad port", env: "wss://user:" + secret + "@node.example:x/" + secret, args: []string{"check"},
 			code: 2, want: []string{"upstream (from MUXD_UPSTREAM)", "port"}},
 		{name: "MUXD_UPSTREAM without a scheme", env: "node.example/" + secret, args: []string{"check"},
@@ -99,8 +99,8 @@ func TestNoSecretInErrors(t *testing.T) {
 
 		// muxd probe.
 		{name: "probe: url given to --count", args: []string{"probe", "--count", "wss://node.example/" + secret, "ws://127.0.0.1:1"}, code: 2, want: []string{"-count"}},
-		{name: "probe: credentials parsed as a scheme", args: []string{"probe", "user" + secret + ":pw@node.example"}, code: 1, want: []string{"scheme"}},
-		{name: "probe: bad url", args: []string{"probe", "wss://user:" + secret + "@node.example:x/" + secret}, code: 1, want: []string{"bad URL"}},
+		{name: "probe: credentials parsed as a scheme", args: []string{"probe", "user" + secret + ":pw@node.example"}, code: 2, want: []string{"no scheme: did you mean ws://node.example or http://node.example?"}},
+		{name: "probe: bad url", args: []string{"probe", "wss://user:" + secret + "@node.example:x/" + secret}, code: 2, want: []string{"bad URL", "port"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

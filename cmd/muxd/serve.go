@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -61,7 +62,7 @@ func openListeners(cfg *Config, log *slog.Logger) (*listeners, error) {
 	var errs *multierror.Error
 	if ls.ws == nil && cfg.Listen != "" {
 		if ls.ws, err = net.Listen("tcp", cfg.Listen); err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("listen: %w", err))
+			errs = multierror.Append(errs, fmt.Errorf("listen: %w%s", err, inUseHint(err, "listen")))
 		}
 	}
 	if ls.ipc == nil && cfg.IPC != "" {
@@ -73,7 +74,7 @@ func openListeners(cfg *Config, log *slog.Logger) (*listeners, error) {
 			mode = 0o600
 		}
 		if ls.ipc, err = mux.ListenIPC(cfg.IPC, mode); err != nil {
-			errs = multierror.Append(errs, err)
+			errs = multierror.Append(errs, ipcListenError(cfg.IPC, err))
 		} else if cfg.IPCGroup != "" {
 			if err := chgrp(cfg.IPC, cfg.IPCGroup); err != nil {
 				errs = multierror.Append(errs, err)
@@ -84,7 +85,7 @@ func openListeners(cfg *Config, log *slog.Logger) (*listeners, error) {
 	}
 	if cfg.Metrics != "" {
 		if ls.metrics, err = net.Listen("tcp", cfg.Metrics); err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("metrics: %w", err))
+			errs = multierror.Append(errs, fmt.Errorf("metrics: %w%s", err, inUseHint(err, "metrics")))
 		}
 	}
 	if err := errs.ErrorOrNil(); err != nil {
@@ -136,37 +137,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := mux.New(mux.Config{
-		Upstream:              cfg.Upstream,
-		UpstreamHeader:        cfg.header(),
-		UpstreamReadLimit:     cfg.UpstreamReadLimit,
-		PingInterval:          pingInterval(cfg.PingInterval.Duration),
-		PingTimeout:           cfg.PingTimeout.Duration,
-		ReconnectInitial:      cfg.ReconnectInitial.Duration,
-		ReconnectMax:          cfg.ReconnectMax.Duration,
-		RequestTimeout:        cfg.RequestTimeout.Duration,
-		HTTPReadHeaderTimeout: cfg.HTTPReadHeaderTimeout.Duration,
-		HTTPReadTimeout:       cfg.HTTPReadTimeout.Duration,
-		HTTPIdleTimeout:       cfg.HTTPIdleTimeout.Duration,
-		MaxConnections:        cfg.MaxConnections,
-		BackfillBlocks:        cmp.Or(cfg.BackfillBlocks, -1), // 0 in the config turns it off
-		RetryMethods:          cfg.RetryMethods,
-		DenyMethods:           cfg.DenyMethods,
-		MaxBatch:              cfg.MaxBatch,
-		MaxInFlight:           cfg.MaxInFlight,
-		MaxHeldBytes:          cfg.MaxHeldBytes,
-		UpstreamMaxBatch:      cfg.UpstreamMaxBatch,
-		MaxMessageBytes:       cfg.MaxMessageBytes,
-		OutboundQueueBytes:    cfg.OutboundQueueBytes,
-		MaxSubscriptions:      cfg.MaxSubscriptions,
-		MaxWaiting:            cfg.MaxWaiting,
-		MaxClients:            cfg.MaxClients,
-		AllowedHosts:          cfg.AllowedHosts,
-		MaxHTTPBodyBytes:      cfg.HTTPBodyBytes,
-		AllowedOrigins:        cfg.AllowedOrigins,
-		Logger:                log,
-		Registerer:            reg,
-	})
+	srv, err := mux.New(muxConfig(cfg, log, reg))
 	if err != nil {
 		return err
 	}
@@ -236,6 +207,51 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 		log.Info("shutdown complete")
 	}
 	return err
+}
+
+// muxConfig is the mux.Config for cfg.
+func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Config {
+	return mux.Config{
+		Upstream:              cfg.Upstream,
+		UpstreamHeader:        cfg.header(),
+		UpstreamReadLimit:     cfg.UpstreamReadLimit,
+		PingInterval:          pingInterval(cfg.PingInterval.Duration),
+		PingTimeout:           cfg.PingTimeout.Duration,
+		ReconnectInitial:      cfg.ReconnectInitial.Duration,
+		ReconnectMax:          cfg.ReconnectMax.Duration,
+		RequestTimeout:        cfg.RequestTimeout.Duration,
+		UpstreamWait:          cfg.UpstreamWait.Duration,
+		HTTPReadHeaderTimeout: cfg.HTTPReadHeaderTimeout.Duration,
+		HTTPReadTimeout:       cfg.HTTPReadTimeout.Duration,
+		HTTPIdleTimeout:       cfg.HTTPIdleTimeout.Duration,
+		MaxConnections:        cfg.MaxConnections,
+		BackfillBlocks:        cmp.Or(cfg.BackfillBlocks, -1), // 0 in the config turns it off
+		RetryMethods:          cfg.RetryMethods,
+		DenyMethods:           cfg.DenyMethods,
+		MaxBatch:              cfg.MaxBatch,
+		MaxInFlight:           cfg.MaxInFlight,
+		MaxHeldBytes:          cfg.MaxHeldBytes,
+		UpstreamMaxBatch:      cfg.UpstreamMaxBatch,
+		MaxMessageBytes:       cfg.MaxMessageBytes,
+		OutboundQueueBytes:    cfg.OutboundQueueBytes,
+		MaxSubscriptions:      cfg.MaxSubscriptions,
+		MaxWaiting:            cfg.MaxWaiting,
+		MaxClients:            cfg.MaxClients,
+		AllowedHosts:          cfg.AllowedHosts,
+		MaxHTTPBodyBytes:      cfg.HTTPBodyBytes,
+		AllowedOrigins:        cfg.AllowedOrigins,
+		Logger:                log,
+		Registerer:            reg,
+	}
+}
+
+// inUseHint says what to do when a TCP listen failed because the address is
+// taken.
+func inUseHint(err error, option string) string {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Sprintf(" (something else listens there: stop it, or give muxd another --%s)", option)
+	}
+	return ""
 }
 
 // onListening, when set (by tests), is called once serve has bound its
