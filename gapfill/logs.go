@@ -11,18 +11,29 @@ import (
 // the push just handed to Push; otherwise l.raw is a held copy.
 func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 	if l.removed {
-		// A live reorg: the node says it itself; it is not delivered
-		// any more.
-		if b := k.blocks[l.block]; b != nil && b.hash == l.hash {
-			b.logs = slices.DeleteFunc(b.logs, func(x logEntry) bool { return x.index == l.index })
-			if len(b.logs) == 0 {
-				delete(k.blocks, l.block)
-			}
+		// A live reorg: the node says it itself; the log is not
+		// delivered any more. A removal of a log this key was never
+		// sent (it was replaced before it could be: a backfill already
+		// delivered the new branch) tells the subscribers nothing.
+		if !seen(k, l) {
+			return
+		}
+		b := k.blocks[l.block]
+		b.logs = slices.DeleteFunc(b.logs, func(x logEntry) bool { return x.index == l.index })
+		if len(b.logs) == 0 {
+			delete(k.blocks, l.block)
 		}
 		m.deliver(k, live, resultOfLog(l, live))
 		return
 	}
 	if seen(k, l) {
+		return
+	}
+	if b := k.blocks[l.block]; b != nil && b.hash != l.hash {
+		// Delivered under another hash, and not removed: the node
+		// removes a block's logs before it sends the new branch's, so
+		// this one is stale (a push held while a backfill delivered the
+		// block as it now is).
 		return
 	}
 	if live {

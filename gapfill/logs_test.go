@@ -201,3 +201,51 @@ func TestOtherKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestLogsStaleHeldAfterReorg: while a backfill runs, the node pushes a log
+// of a block that a reorg then replaces (A), its removed:true, and the log
+// again on the new branch (B); the backfill's eth_getLogs already returned
+// B. The subscriber gets B once, and neither A nor a removal of a log it was
+// never sent. (Found by the chaos suite: B, A, A removed, B.)
+func TestLogsStaleHeldAfterReorg(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	forked := chainOf(1, 7, 60) // block 8 differs
+	n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 8, 60)...)}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	for _, l := range only(logsOf(main, 1, 5), "0xaa") {
+		h.push(logsKey, logJSON(l, false))
+	}
+	h.m.Disconnected()
+	n.chain, n.head = forked, 8
+	var later []Send
+	n.hook = func(s Send) ([]byte, bool, bool) {
+		if s.Method == "eth_getLogs" {
+			later = append(later, s)
+			return nil, false, true
+		}
+		return nil, false, false
+	}
+	h.out = nil
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	stale := only(logsOf(main, 8, 8), "0xaa")
+	for _, l := range stale {
+		h.push(logsKey, logJSON(l, false))
+	}
+	for _, l := range stale {
+		h.push(logsKey, logJSON(l, true))
+	}
+	for _, l := range only(logsOf(forked, 8, 8), "0xaa") {
+		h.push(logsKey, logJSON(l, false))
+	}
+	if len(h.out) != 0 || len(later) != 1 {
+		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(later))
+	}
+	n.hook = nil
+	res, _ := n.answer(later[0])
+	h.apply(h.m.Answer(later[0].ID, res, h.now), nil)
+	want := logStrings(append(only(logsOf(main, 6, 7), "0xaa"), only(logsOf(forked, 8, 8), "0xaa")...), false)
+	if got := h.deliveredLogs(); !slices.Equal(got, want) {
+		t.Fatalf("delivered\n%v\nwant\n%v", got, want)
+	}
+}
