@@ -118,43 +118,53 @@ func TestLogs(t *testing.T) {
 	}
 }
 
-// TestLogsHeldDuringJob: logs pushed by the new subscription while the
-// backfill runs come after it, once each.
-func TestLogsHeldDuringJob(t *testing.T) {
-	main := chainOf(0, 0, 60)
-	n := &node{chain: main, head: 0, logs: logsOf(main, 1, 60)}
+// heldLogsJob delivers the logs of blocks 1..5 of n's chain live, loses the
+// connection, moves the node to chain at head, and makes the key live again
+// with the node holding its eth_getLogs answers: they are in *later, for the
+// test to answer when it has pushed what comes live meanwhile.
+func heldLogsJob(t *testing.T, n *node, chain map[uint64]blk, head uint64) (*harness, *[]Send) {
+	t.Helper()
 	h := newHarness(t, Config{Blocks: 128}, n)
 	h.apply(h.m.Live(logsKey, h.now), nil)
-	for _, l := range only(logsOf(main, 1, 5), "0xaa") {
+	for _, l := range only(logsOf(n.chain, 1, 5), "0xaa") {
 		h.push(logsKey, logJSON(l, false))
 	}
 	h.m.Disconnected()
-	n.head = 8
-	var later []Send
+	n.chain, n.head = chain, head
+	later := new([]Send)
 	n.hook = func(s Send) ([]byte, bool, bool) {
 		if s.Method == "eth_getLogs" {
-			later = append(later, s)
+			*later = append(*later, s)
 			return nil, false, true
 		}
 		return nil, false, false
 	}
 	h.out = nil
 	h.apply(h.m.Live(logsKey, h.now), nil)
+	return h, later
+}
+
+// TestLogsHeldDuringJob: logs pushed by the new subscription while the
+// backfill runs come after it, once each.
+func TestLogsHeldDuringJob(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	n := &node{chain: main, head: 0, logs: logsOf(main, 1, 60)}
+	h, later := heldLogsJob(t, n, main, 8)
 	// Logs of blocks 8 (also in the backfill) and 9 (after it) come live.
 	for _, l := range only(logsOf(main, 8, 9), "0xaa") {
 		h.push(logsKey, logJSON(l, false))
 	}
-	if len(h.out) != 0 || len(later) != 1 {
-		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(later))
+	if len(h.out) != 0 || len(*later) != 1 {
+		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(*later))
 	}
 	n.hook = nil
-	res, _ := n.answer(later[0])
-	h.apply(h.m.Answer(later[0].ID, res, h.now), nil)
+	res, _ := n.answer((*later)[0])
+	h.apply(h.m.Answer((*later)[0].ID, res, h.now), nil)
 	if want := logStrings(only(logsOf(main, 6, 9), "0xaa"), false); !slices.Equal(h.deliveredLogs(), want) {
 		t.Fatalf("delivered %v\nwant %v", h.deliveredLogs(), want)
 	}
 	var p []map[string]json.RawMessage
-	_ = json.Unmarshal(later[0].Params, &p)
+	_ = json.Unmarshal((*later)[0].Params, &p)
 	if string(p[0]["fromBlock"]) != `"0x5"` || string(p[0]["toBlock"]) != `"0x8"` {
 		t.Fatalf("range %s..%s, want block 5 (the last with a log, maybe not whole) to 8", p[0]["fromBlock"], p[0]["toBlock"])
 	}
@@ -211,23 +221,7 @@ func TestLogsStaleHeldAfterReorg(t *testing.T) {
 	main := chainOf(0, 0, 60)
 	forked := chainOf(1, 7, 60) // block 8 differs
 	n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 8, 60)...)}
-	h := newHarness(t, Config{Blocks: 128}, n)
-	h.apply(h.m.Live(logsKey, h.now), nil)
-	for _, l := range only(logsOf(main, 1, 5), "0xaa") {
-		h.push(logsKey, logJSON(l, false))
-	}
-	h.m.Disconnected()
-	n.chain, n.head = forked, 8
-	var later []Send
-	n.hook = func(s Send) ([]byte, bool, bool) {
-		if s.Method == "eth_getLogs" {
-			later = append(later, s)
-			return nil, false, true
-		}
-		return nil, false, false
-	}
-	h.out = nil
-	h.apply(h.m.Live(logsKey, h.now), nil)
+	h, later := heldLogsJob(t, n, forked, 8)
 	stale := only(logsOf(main, 8, 8), "0xaa")
 	for _, l := range stale {
 		h.push(logsKey, logJSON(l, false))
@@ -238,12 +232,12 @@ func TestLogsStaleHeldAfterReorg(t *testing.T) {
 	for _, l := range only(logsOf(forked, 8, 8), "0xaa") {
 		h.push(logsKey, logJSON(l, false))
 	}
-	if len(h.out) != 0 || len(later) != 1 {
-		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(later))
+	if len(h.out) != 0 || len(*later) != 1 {
+		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(*later))
 	}
 	n.hook = nil
-	res, _ := n.answer(later[0])
-	h.apply(h.m.Answer(later[0].ID, res, h.now), nil)
+	res, _ := n.answer((*later)[0])
+	h.apply(h.m.Answer((*later)[0].ID, res, h.now), nil)
 	want := logStrings(append(only(logsOf(main, 6, 7), "0xaa"), only(logsOf(forked, 8, 8), "0xaa")...), false)
 	if got := h.deliveredLogs(); !slices.Equal(got, want) {
 		t.Fatalf("delivered\n%v\nwant\n%v", got, want)

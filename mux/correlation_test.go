@@ -106,24 +106,11 @@ func TestBatches(t *testing.T) {
 			}
 		})
 		c := h.dial(t)
-		got := parseBatch(t, c.call(`[
-			{"jsonrpc":"2.0","id":1,"method":"eth_a","params":["a"]},
-			{"jsonrpc":"2.0","method":"eth_note","params":["n"]},
-			{"jsonrpc":"2.0","id":"x","method":"eth_b","params":["b"]},
-			{"jsonrpc":"2.0","id":3,"method":"eth_c","params":["c"]}
-		]`))
+		got := parseBatch(t, c.call(fourElementBatch))
 		if len(got) != 3 {
 			t.Fatalf("got %d answers, want 3 (one per element with an id): %s", len(got), got[0].Raw)
 		}
-		want := map[string]string{`1`: `["a"]`, `"x"`: `["b"]`, `3`: `["c"]`}
-		for _, r := range got {
-			p, ok := want[string(r.ID)]
-			if !ok {
-				t.Fatalf("unexpected or repeated answer %s", r.Raw)
-			}
-			delete(want, string(r.ID))
-			wantEcho(t, r, string(r.ID), r.echoMethod(), p)
-		}
+		wantFourElementEchoes(t, got)
 		// The node got the batch as one array, in the client's order,
 		// the notification in its place.
 		reqs := h.fake.Received()

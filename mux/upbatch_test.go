@@ -52,6 +52,21 @@ func arrayOf(frames ...[]byte) []byte {
 	return []byte("[" + strings.Join(parts, ",") + "]")
 }
 
+// wantFourElementEchoes checks the answers to fourElementBatch: each of its
+// three calls echoed once, under its own id.
+func wantFourElementEchoes(t *testing.T, got []resp) {
+	t.Helper()
+	want := map[string]string{`1`: `["a"]`, `"x"`: `["b"]`, `3`: `["c"]`}
+	for _, r := range got {
+		p, ok := want[string(r.ID)]
+		if !ok {
+			t.Fatalf("unexpected or repeated answer %s", r.Raw)
+		}
+		delete(want, string(r.ID))
+		wantEcho(t, r, string(r.ID), r.echoMethod(), p)
+	}
+}
+
 const fourElementBatch = `[
 	{"jsonrpc":"2.0","id":1,"method":"eth_a","params":["a"]},
 	{"jsonrpc":"2.0","method":"eth_note","params":["n"]},
@@ -82,15 +97,7 @@ func TestUpstreamArrays(t *testing.T) {
 		if len(got) != 3 {
 			t.Fatalf("got %d answers, want 3", len(got))
 		}
-		want := map[string]string{`1`: `["a"]`, `"x"`: `["b"]`, `3`: `["c"]`}
-		for _, r := range got {
-			p, ok := want[string(r.ID)]
-			if !ok {
-				t.Fatalf("unexpected or repeated answer %s", r.Raw)
-			}
-			delete(want, string(r.ID))
-			wantEcho(t, r, string(r.ID), r.echoMethod(), p)
-		}
+		wantFourElementEchoes(t, got)
 		reqs := h.fake.Received()
 		if len(reqs) != 4 || reqs[0].Array != 4 {
 			t.Fatalf("upstream got %d messages, first in an array of %d; want one array of 4", len(reqs), reqs[0].Array)
