@@ -63,8 +63,11 @@
 //     delivers what it has, in order, then what it held, and counts the
 //     gap (failed, unavailable, timeout, too_many_held).
 //   - On Disconnected every job is abandoned without delivering: what it
-//     would have delivered is fetched again by the job the next
-//     connection starts (its blocks are still missing).
+//     would have delivered is delivered by the job the next connection
+//     starts (its blocks are still missing). A newHeads job's fetched
+//     headers are kept (by hash, which names a header for good): the
+//     next job takes them instead of asking again, so a connection that
+//     drops before any backfill can finish still moves it on.
 //
 // A Machine is not safe for concurrent use; its owner serializes events.
 package gapfill

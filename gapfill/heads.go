@@ -25,8 +25,26 @@ func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
 	j.byHash = map[string]header{}
 	j.numWait = map[uint64]bool{}
 	from := max(k.last+1, j.floor)
+	// Headers an earlier job fetched before its connection was lost: the
+	// walk checks them by parent hash like any other, so a number one of
+	// them has is not asked again (if a reorg replaced it, the walk asks
+	// for the new block by hash).
+	have := map[uint64]bool{}
+	for hash, fh := range k.fetched {
+		if fh.num >= from && fh.num < h.num {
+			j.byHash[hash] = fh
+			have[fh.num] = true
+		}
+	}
+	k.fetched = nil
 	// Highest first: the walk down from the new head can start early.
 	for n := h.num - 1; n >= from && n < h.num; n-- {
+		if have[n] {
+			if n == 0 {
+				break
+			}
+			continue
+		}
 		j.numWait[n] = true
 		j.queue = append(j.queue, &request{key: k.key, method: "eth_getBlockByNumber",
 			params: []byte(`["` + quantity(n) + `",false]`), purpose: purposeHeadByNumber, num: n})
@@ -142,4 +160,34 @@ func (m *Machine) deliverChain(k *keyState, now time.Time) {
 	m.recordHead(k, j.target)
 	m.deliver(k, false, j.target.raw)
 	m.endJob(k, now)
+}
+
+// keepFetched keeps the headers k's job fetched above the last delivered
+// head, for the next job (the connection is lost: the job is abandoned).
+// The target is kept too: it is a header like the others. At most Blocks
+// headers are kept, the highest.
+func (m *Machine) keepFetched(k *keyState, j *job) {
+	if j.byHash == nil {
+		return
+	}
+	kept := make(map[string]header, len(j.byHash)+1)
+	add := func(h header) {
+		if !k.haveLast || h.num > k.last {
+			kept[h.hash] = h
+		}
+	}
+	for _, h := range j.byHash {
+		add(h)
+	}
+	add(j.target)
+	for len(kept) > m.cfg.Blocks {
+		var low string
+		for hash, h := range kept {
+			if low == "" || h.num < kept[low].num || (h.num == kept[low].num && hash < low) {
+				low = hash
+			}
+		}
+		delete(kept, low)
+	}
+	k.fetched = kept
 }

@@ -238,3 +238,51 @@ func TestNotHeads(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadsShortConnections: every connection is lost after the node has
+// answered a few of the job's requests, fewer than the gap needs. What
+// each connection fetched is kept, so the backfill still finishes and
+// delivers every head once, in order; no block is asked for by number
+// twice.
+func TestHeadsShortConnections(t *testing.T) {
+	main := chainOf(0, 0, 80)
+	const perConn = 5 // answers the node gives before the connection drops
+	answered := 0
+	got := map[string]int{} // by-number requests answered, by params
+	n := &node{chain: main}
+	n.hook = func(s Send) ([]byte, bool, bool) {
+		if answered >= perConn {
+			return nil, false, true // the connection is gone: never answered
+		}
+		answered++
+		if s.Method == "eth_getBlockByNumber" {
+			got[string(s.Params)]++
+		}
+		return nil, false, false
+	}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	head := uint64(30)
+	for conn := 0; conn < 12 && h.m.keys[headsKey].last < head; conn++ {
+		// The chain grows by one block per connection; each connection
+		// pushes its head once.
+		head = 30 + uint64(conn)
+		n.head = head
+		answered = 0
+		h.apply(h.m.Live(headsKey, h.now), nil)
+		h.push(headsKey, headJSON(main[head]))
+		h.m.Disconnected()
+	}
+	if d := h.deliveredHeads(); !slices.Equal(d, headsOf(main, 10, head)) {
+		t.Fatalf("delivered\n%v\nwant\n%v", d, headsOf(main, 10, head))
+	}
+	if h.heads != int(head-11) || len(h.gaps) != 0 {
+		t.Errorf("backfilled %d gaps %v, want %d none", h.heads, h.gaps, head-11)
+	}
+	for params, k := range got {
+		if k > 1 {
+			t.Errorf("the node answered %s %d times", params, k)
+		}
+	}
+}

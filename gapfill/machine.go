@@ -154,6 +154,13 @@ type keyState struct {
 	covered     uint64
 	haveCovered bool
 
+	// newHeads: headers a job fetched but could not deliver before the
+	// connection was lost, by hash. A hash names one header for good,
+	// so the next job starts from them instead of fetching them again:
+	// on a connection that keeps dropping, each one moves the backfill
+	// on instead of starting it over.
+	fetched map[string]header
+
 	job  *job
 	held [][]byte // pushes (params.result, copied) held while job runs
 }
@@ -312,6 +319,9 @@ func (m *Machine) Forget(key string) {
 func (m *Machine) Disconnected() {
 	clear(m.reqs)
 	for _, k := range m.keys {
+		if j := k.job; j != nil && k.kind == kindHeads {
+			m.keepFetched(k, j)
+		}
 		k.job = nil
 		k.held = nil
 	}
