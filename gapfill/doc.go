@@ -33,7 +33,10 @@
 //     most Config.MaxInFlight at a time), then the chain is walked down
 //     from the new head by parent hash until a delivered hash is met (the
 //     fork point); a block the by-number answers do not cover on that walk
-//     (a reorg while fetching) is fetched with eth_getBlockByHash. The
+//     (a reorg while fetching) is fetched with eth_getBlockByHash. A
+//     fetched block that continues the delivered chain (the child of the
+//     last delivered head) below the walk is delivered at once, ahead of
+//     the walk, which then stops on it. The
 //     blocks above the fork point are delivered in ascending order,
 //     converted to exactly the object geth pushes for newHeads
 //     (types.Header's JSON: every header field in struct order, absent

@@ -37,6 +37,7 @@ func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
 		}
 	}
 	k.fetched = nil
+	m.advance(k)
 	// Highest first: the walk down from the new head can start early.
 	for n := h.num - 1; n >= from && n < h.num; n-- {
 		if have[n] {
@@ -145,7 +146,34 @@ func (m *Machine) headAnswered(k *keyState, r *request, result []byte, now time.
 		delete(j.numWait, r.num)
 	}
 	j.byHash[h.hash] = h
+	m.advance(k)
 	m.walk(k, now)
+}
+
+// advance delivers, ahead of the walk, the fetched headers that continue
+// the delivered chain: the child of the last delivered head, its child,
+// and so on, below the block the walk needs next (the walk has not passed
+// them). They are what the node pushed while the key was not live, in
+// order; the walk then stops on them (its fork point). A job that cannot
+// finish (a connection lost first) has still delivered this much.
+func (m *Machine) advance(k *keyState) {
+	j := k.job
+	for k.haveLast {
+		var next header
+		found := false
+		for _, h := range j.byHash {
+			if h.num == k.last+1 && h.parent == k.hashes[k.last] {
+				next, found = h, true
+				break
+			}
+		}
+		if !found || next.num >= j.cur || next.num >= j.target.num {
+			return
+		}
+		m.recordHead(k, next)
+		m.deliver(k, false, next.raw)
+		m.eff.HeadsBackfilled++
+	}
 }
 
 // deliverChain ends a newHeads job: the walked blocks in ascending order,

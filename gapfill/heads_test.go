@@ -1,6 +1,8 @@
 package gapfill
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -60,7 +62,8 @@ func TestHeads(t *testing.T) {
 				}
 				return nil, false, false
 			}, ticks: 5,
-			want: headsOf(main, 13, 16), wantBF: 3, wantGap: []Gap{{"newHeads", "unavailable"}}},
+			// 11 continues the delivered chain: it goes ahead of the walk.
+			want: append(headsOf(main, 11, 11), headsOf(main, 13, 16)...), wantBF: 4, wantGap: []Gap{{"newHeads", "unavailable"}}},
 		{name: "an error is retried", before: 10, node: main, head: 13, ticks: 2,
 			hook: func() func(Send) ([]byte, bool, bool) {
 				n := 0
@@ -283,6 +286,47 @@ func TestHeadsShortConnections(t *testing.T) {
 	for params, k := range got {
 		if k > 1 {
 			t.Errorf("the node answered %s %d times", params, k)
+		}
+	}
+}
+
+// TestHeadsContinuationAheadOfWalk: the fetched blocks that continue the
+// delivered chain are delivered as they come, before the walk down from
+// the new head reaches them; a connection lost before the job ends has
+// still delivered them, and the next job starts above them.
+func TestHeadsContinuationAheadOfWalk(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	n := &node{chain: main, head: 20, hook: func(s Send) ([]byte, bool, bool) {
+		var p []json.RawMessage
+		_ = json.Unmarshal(s.Params, &p)
+		var q string
+		_ = json.Unmarshal(p[0], &q)
+		num, _ := parseQuantity(q)
+		return nil, false, num >= 15 // the high blocks: never answered
+	}}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	h.push(headsKey, headJSON(main[20])) // job: 11..19, the walk waits for 19
+	if got := h.deliveredHeads(); !slices.Equal(got, headsOf(main, 10, 14)) || h.heads != 4 {
+		t.Fatalf("before the loss: delivered %v, backfilled %d; want %v, 4", got, h.heads, headsOf(main, 10, 14))
+	}
+	h.m.Disconnected()
+	n.hook = nil
+	asked := len(n.seen)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[21]))
+	if got := h.deliveredHeads(); !slices.Equal(got, headsOf(main, 10, 21)) || h.heads != 10 || len(h.gaps) != 0 {
+		t.Fatalf("after: delivered %v, backfilled %d, gaps %v", got, h.heads, h.gaps)
+	}
+	for _, s := range n.seen[asked:] {
+		if s.Method != "eth_getBlockByNumber" {
+			continue
+		}
+		var p []string
+		_ = json.Unmarshal(bytes.Replace(s.Params, []byte(",false"), nil, 1), &p)
+		if num, _ := parseQuantity(p[0]); num <= 14 {
+			t.Errorf("the next job asked again for delivered block %d", num)
 		}
 	}
 }
