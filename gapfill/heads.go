@@ -38,20 +38,18 @@ func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
 	}
 	k.fetched = nil
 	m.advance(k)
-	// Highest first: the walk down from the new head can start early.
-	for n := h.num - 1; n >= from && n < h.num; n-- {
+	// Lowest first: each answer that continues the delivered chain is
+	// delivered at once (advance), so a connection lost before the job
+	// ends has moved the key on from the bottom. (Highest first, every
+	// connection spent its answers on the blocks mined since the last
+	// one and the bottom of the gap was never reached.)
+	for n := from; n < h.num; n++ {
 		if have[n] {
-			if n == 0 {
-				break
-			}
 			continue
 		}
 		j.numWait[n] = true
 		j.queue = append(j.queue, &request{key: k.key, method: "eth_getBlockByNumber",
 			params: []byte(`["` + quantity(n) + `",false]`), purpose: purposeHeadByNumber, num: n})
-		if n == 0 {
-			break
-		}
 	}
 	m.pump(k, now)
 	m.walk(k, now)

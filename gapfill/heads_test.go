@@ -330,3 +330,34 @@ func TestHeadsContinuationAheadOfWalk(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadsBottomFirst: the node answers each connection fewer requests
+// than blocks were mined since the last one. The key still moves on by
+// what each connection answered, from the bottom of the gap, in order.
+func TestHeadsBottomFirst(t *testing.T) {
+	main := chainOf(0, 0, 80)
+	const perConn = 4
+	answered := 0
+	n := &node{chain: main, hook: func(s Send) ([]byte, bool, bool) {
+		if answered >= perConn {
+			return nil, false, true
+		}
+		answered++
+		return nil, false, false
+	}}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	for conn := range uint64(5) {
+		n.head = 20 + perConn*conn // more mined than the connection answers
+		answered = 0
+		h.apply(h.m.Live(headsKey, h.now), nil)
+		h.push(headsKey, headJSON(main[n.head]))
+		h.m.Disconnected()
+	}
+	// At least what the connections answered, as a contiguous chain.
+	got := h.deliveredHeads()
+	if len(got) < 1+5*perConn || !slices.Equal(got, headsOf(main, 10, 10+uint64(len(got))-1)) || h.heads != len(got)-1 {
+		t.Fatalf("delivered %v (backfilled %d); want at least 10..%d in order", got, h.heads, 10+5*perConn)
+	}
+}
