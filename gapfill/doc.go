@@ -46,9 +46,10 @@
 //   - logs: per key, the logs delivered for the last Config.Blocks blocks
 //     are kept (block number, hash, raw logs), and the highest block known
 //     to be fully delivered (covered). When the key becomes live again
-//     after a reconnect a job asks eth_blockNumber, checks the remembered
-//     blocks from the highest down with eth_getBlockByNumber until one
-//     still has its hash (blocks whose hash changed were replaced by a
+//     after a reconnect a job asks eth_blockNumber and, at the same time,
+//     checks the remembered blocks from the highest down with
+//     eth_getBlockByNumber (a few ahead of the answers) until one still
+//     has its hash (blocks whose hash changed were replaced by a
 //     reorg: their logs are delivered again with "removed": true, as geth
 //     does), then fetches the key's own filter over (covered, head] with
 //     eth_getLogs in chunks of Config.LogsChunk blocks and delivers the

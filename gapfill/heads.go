@@ -110,8 +110,8 @@ func (m *Machine) walk(k *keyState, now time.Time) {
 			if j.numWait[n] {
 				return // its by-number answer may be it
 			}
-			if j.expect != j.asked {
-				j.asked = j.expect
+			if j.expect != j.askedBy {
+				j.askedBy = j.expect
 				m.enqueue(k, &request{method: "eth_getBlockByHash", params: []byte(`["` + j.expect + `",false]`),
 					purpose: purposeHeadByHash, num: n, hash: j.expect}, now)
 			}

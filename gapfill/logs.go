@@ -99,28 +99,17 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 			m.failed(k, r, now)
 			return
 		}
-		j.head = head
+		j.head, j.haveHead = head, true
 		j.phase = logsCheck
-		for n := range k.blocks {
-			j.checks = append(j.checks, n)
-		}
-		slices.Sort(j.checks)
-		slices.Reverse(j.checks)
-		m.nextCheck(k, now)
+		m.resolveChecks(k, now)
 	case purposeCheckBlock:
 		h, ok := parseHeader(result)
 		if !ok || h.num != r.num {
 			m.failed(k, r, now)
 			return
 		}
-		j.checks = j.checks[1:]
-		if b := k.blocks[r.num]; b != nil && b.hash != h.hash {
-			j.replaced = append(j.replaced, r.num)
-			m.nextCheck(k, now)
-			return
-		}
-		j.forkOK, j.forkAt = true, r.num
-		m.fetch(k, now)
+		j.checked[r.num] = h.hash
+		m.resolveChecks(k, now)
 	case purposeGetLogs:
 		var entries []json.RawMessage
 		if json.Unmarshal(result, &entries) != nil {
@@ -137,17 +126,56 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 	}
 }
 
-// nextCheck asks for the canonical hash of the highest remembered block
-// not checked yet; with none left it fetches.
-func (m *Machine) nextCheck(k *keyState, now time.Time) {
+// checkWindow is how many remembered blocks a logs job asks about ahead
+// of the answers: usually the highest keeps its hash and one is enough, but
+// after a reorg each replaced block would cost a round trip of its own.
+const checkWindow = 3
+
+// askChecks asks for the canonical hash of the highest remembered blocks
+// not asked for yet, keeping checkWindow ahead of the answers.
+func (m *Machine) askChecks(k *keyState, now time.Time) {
 	j := k.job
-	if len(j.checks) == 0 {
-		m.fetch(k, now)
+	for j.asked < len(j.checks) && j.asked < checkWindow {
+		n := j.checks[j.asked]
+		j.asked++
+		m.enqueue(k, &request{method: "eth_getBlockByNumber", params: []byte(`["` + quantity(n) + `",false]`),
+			purpose: purposeCheckBlock, num: n}, now)
+	}
+}
+
+// resolveChecks takes the answered checks from the highest down: a block
+// whose hash changed was replaced; the first that kept it is the fork
+// point. Once that is known (or no remembered block is left) and the head
+// is known, it fetches.
+func (m *Machine) resolveChecks(k *keyState, now time.Time) {
+	j := k.job
+	for len(j.checks) > 0 && !j.forkOK {
+		n := j.checks[0]
+		hash, ok := j.checked[n]
+		if !ok {
+			m.askChecks(k, now)
+			return
+		}
+		j.checks = j.checks[1:]
+		j.asked--
+		if b := k.blocks[n]; b != nil && b.hash != hash {
+			j.replaced = append(j.replaced, n)
+			continue
+		}
+		j.forkOK, j.forkAt = true, n
+	}
+	if !j.haveHead {
 		return
 	}
-	n := j.checks[0]
-	m.enqueue(k, &request{method: "eth_getBlockByNumber", params: []byte(`["` + quantity(n) + `",false]`),
-		purpose: purposeCheckBlock, num: n}, now)
+	// Checks still asked for are not needed any more.
+	j.queue = slices.DeleteFunc(j.queue, func(r *request) bool { return r.purpose == purposeCheckBlock })
+	for id, r := range m.reqs {
+		if r.key == k.key && r.purpose == purposeCheckBlock {
+			delete(m.reqs, id)
+			j.inflight--
+		}
+	}
+	m.fetch(k, now)
 }
 
 // fetch asks eth_getLogs for the key's filter over the blocks that may

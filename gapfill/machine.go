@@ -211,16 +211,19 @@ type job struct {
 	byHash  map[string]header // fetched headers
 	numWait map[uint64]bool   // numbers asked for by number, not answered yet
 	chain   []header          // walked, descending from target-1
-	asked   string            // the hash asked for by hash, if any
+	askedBy string            // the hash asked for by hash, if any
 
 	// logs
 	phase    int    // logsHead, logsCheck, logsFetch
 	head     uint64 // node's head
-	checks   []uint64
-	replaced []uint64 // remembered blocks whose hash changed, descending
-	forkOK   bool     // a remembered block kept its hash
-	forkAt   uint64   // that block
-	chunks   int      // eth_getLogs not answered yet
+	haveHead bool
+	checks   []uint64          // remembered blocks not resolved yet, descending
+	asked    int               // how many of checks (from the front) were asked for
+	checked  map[uint64]string // answers to checks: number -> canonical hash
+	replaced []uint64          // remembered blocks whose hash changed, descending
+	forkOK   bool              // a remembered block kept its hash
+	forkAt   uint64            // that block
+	chunks   int               // eth_getLogs not answered yet
 	fetched  []logEntry
 	missing  bool // a chunk was given up
 }
@@ -296,7 +299,17 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		}
 		j := m.startJob(k, now)
 		j.phase = logsHead
+		j.checked = map[uint64]string{}
+		for n := range k.blocks {
+			j.checks = append(j.checks, n)
+		}
+		slices.Sort(j.checks)
+		slices.Reverse(j.checks)
+		// The head and the first checks go together: neither waits for
+		// the other (each round trip counts on a connection that may
+		// not last).
 		m.enqueue(k, &request{method: "eth_blockNumber", params: []byte("[]"), purpose: purposeHeadNumber}, now)
+		m.askChecks(k, now)
 	}
 	// newHeads needs nothing now: the next head is not the child of the
 	// last delivered one, and starts the job.
