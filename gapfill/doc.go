@@ -55,6 +55,10 @@
 //     eth_getLogs in chunks of Config.LogsChunk blocks and delivers the
 //     logs in (block, log index) order, skipping those already delivered.
 //     Live pushes are de-duplicated by (block hash, log index) always.
+//     A log held while the job ran whose removal (removed: true) was held
+//     after it is dropped with its removal: a reorg the node pushed
+//     meanwhile orphaned it, and the job delivered the chain as it is now
+//     (where its block may have no matching log at all).
 //   - Other kinds (newPendingTransactions, node-specific ones) cannot be
 //     backfilled: becoming live again counts a gap (not_backfillable).
 //   - A push that does not parse as a head or a log is delivered as it

@@ -560,6 +560,10 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 	m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
 	held := k.held
 	k.held = nil
+	var removedAt map[string]int
+	if k.kind == kindLogs {
+		removedAt = removals(held)
+	}
 	for i, res := range held {
 		if k.job != nil {
 			// A held push started another job: the rest wait for it.
@@ -574,6 +578,16 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 			}
 		case kindLogs:
 			if l, ok := parseLog(res); ok {
+				if !l.removed && removedAt[logID(l)] > i {
+					// Orphaned by a reorg the node pushed while
+					// the job ran: the job delivered the chain as it
+					// is now, which may not have this block's number
+					// at all (a block with no matching log), and the
+					// subscriber need not get a log only to be told
+					// it is gone. Its removal, not sent either, is
+					// dropped by onLog.
+					continue
+				}
 				m.onLog(k, l, false)
 				continue
 			}
@@ -581,6 +595,23 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 		m.deliver(k, false, res)
 	}
 }
+
+// removals maps each log that held pushes say was removed (logID) to the
+// index of its last removal among them.
+func removals(held [][]byte) map[string]int {
+	var at map[string]int
+	for i, res := range held {
+		if l, ok := parseLog(res); ok && l.removed {
+			if at == nil {
+				at = map[string]int{}
+			}
+			at[logID(l)] = i
+		}
+	}
+	return at
+}
+
+func logID(l logEntry) string { return l.hash + "/" + strconv.FormatUint(l.index, 10) }
 
 // giveUp ends k's job past a bound: what it has is delivered in order,
 // then what it held, and the gap is counted.
