@@ -30,8 +30,8 @@
 //     is the child of the last one is delivered. A head already delivered
 //     (same number and hash) is dropped. Any other head starts a job: the
 //     missing numbers are fetched with eth_getBlockByNumber(n, false),
-//     lowest first (at most Config.MaxInFlight at a time), then the chain is walked down
-//     from the new head by parent hash until a delivered hash is met (the
+//     lowest first (at most Config.MaxInFlight at a time), then the chain
+//     is walked down from the new head by parent hash until a delivered hash is met (the
 //     fork point); a block the by-number answers do not cover on that walk
 //     (a reorg while fetching) is fetched with eth_getBlockByHash. A
 //     fetched block that continues the delivered chain (the child of the
