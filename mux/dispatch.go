@@ -296,22 +296,12 @@ func (s *Server) reply(c *Client, id []byte, e router.RPCError) {
 	c.send(s.errorBytes(id, e))
 }
 
-// deliver hands the answer to a pending request to its client, through its
+// deliverLocked hands the answer to a pending request to its client, through its
 // batch when it belongs to one. code is the JSON-RPC error code of the
-// answer, 0 for a result. Caller must not hold s.mu.
-func (s *Server) deliver(c *Client, p router.Pending, resp []byte, code int) {
-	s.mu.Lock()
-	s.deliverLocked(c, p, resp, code)
-	s.mu.Unlock()
-}
-
-// deliverLocked is deliver with s.mu held. Queueing for a client never
+// answer, 0 for a result. Caller holds s.mu: queueing for a client never
 // blocks, so holding the lock here costs only the copy into the batch.
 func (s *Server) deliverLocked(c *Client, p router.Pending, resp []byte, code int) {
-	s.metrics.response(code)
-	if !p.Sent.IsZero() {
-		s.metrics.Latency.Observe(time.Since(p.Sent).Seconds())
-	}
+	s.answeredLocked(p, code)
 	if p.Batch != nil {
 		if !p.Batch.Add(resp) {
 			return
@@ -323,17 +313,11 @@ func (s *Server) deliverLocked(c *Client, p router.Pending, resp []byte, code in
 	c.send(resp)
 }
 
-// answerError answers p with one of muxd's own errors. Caller must not hold
-// s.mu.
-func (s *Server) answerError(p router.Pending, e router.RPCError) {
-	if p.Client == router.Internal {
-		return
+// answeredLocked counts p's answer, with error code code (0 for a
+// result), and its latency. Caller holds s.mu.
+func (s *Server) answeredLocked(p router.Pending, code int) {
+	s.metrics.response(code)
+	if !p.Sent.IsZero() {
+		s.metrics.Latency.Observe(time.Since(p.Sent).Seconds())
 	}
-	s.mu.Lock()
-	c := s.clients[p.Client]
-	s.mu.Unlock()
-	if c == nil {
-		return
-	}
-	s.deliver(c, p, router.ErrorResponse(p.ID, e), e.Code)
 }

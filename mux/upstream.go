@@ -222,10 +222,7 @@ func (s *Server) routeWholeBatch(u *upstreamConn, frame []byte, msgs []router.Me
 			next = p.Up.NextArrays(next, s.cfg.UpstreamMaxBatch)
 		}
 		s.settledLocked(p)
-		s.metrics.response(responseCode(frame, m))
-		if !p.Sent.IsZero() {
-			s.metrics.Latency.Observe(time.Since(p.Sent).Seconds())
-		}
+		s.answeredLocked(p, responseCode(frame, m))
 		out = router.AppendSpliced(out, elem, idSpan, p.ID)
 	}
 	b.Close()
@@ -395,10 +392,7 @@ func (s *Server) arrayAnsweredLocked(uid uint64, p router.Pending, frame []byte,
 // buffer lent to the client (not in a batch): the client's writer gives buf
 // back to the pool once resp is written. Caller holds s.mu.
 func (s *Server) deliverLentLocked(c *Client, p router.Pending, resp, buf []byte, code int) {
-	s.metrics.response(code)
-	if !p.Sent.IsZero() {
-		s.metrics.Latency.Observe(time.Since(p.Sent).Seconds())
-	}
+	s.answeredLocked(p, code)
 	c.sendLent(resp, buf)
 }
 

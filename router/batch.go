@@ -33,7 +33,7 @@ func (b *Batch) Add(resp []byte) (completed bool) {
 }
 
 // Untouched reports whether no answer has been added yet.
-func (b *Batch) Untouched() bool { return len(b.parts) == 0 && b.size == 0 }
+func (b *Batch) Untouched() bool { return len(b.parts) == 0 }
 
 // Close marks the batch complete without its parts, for a caller that
 // answered it whole some other way; later answers are ignored.
