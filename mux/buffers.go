@@ -221,10 +221,7 @@ func (p *framePool) held() int {
 // through the pool, and returns b holding the headroom and the message.
 func (p *framePool) readFrame(b []byte, r io.Reader) ([]byte, error) {
 	if cap(b) < frameHeadroom+512 {
-		b = p.get()
-		if cap(b) < frameHeadroom+512 {
-			b = make([]byte, 0, minFrameBuf)
-		}
+		b = p.get() // at least minFrameBuf
 	}
 	b = b[:frameHeadroom]
 	for {

@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,6 +96,33 @@ func TestLargeAnswersSpliced(t *testing.T) {
 	}
 	if n := h.fake.NumConns(); n != 1 {
 		t.Errorf("upstream connections %d, want 1", n)
+	}
+}
+
+// TestLargeAnswerHTTP: a large answer to an HTTP request is lent like one to
+// a WebSocket client, arrives byte for byte, and its buffer comes back to
+// the pool once written.
+func TestLargeAnswerHTTP(t *testing.T) {
+	t.Parallel()
+	lh := &largeHandler{results: make(chan string, 1)}
+	h := newHarness(t, harnessOpts{})
+	h.fake.SetHandler(lh.handle)
+	front := httptest.NewServer(h.srv)
+	t.Cleanup(front.Close)
+	resp, err := http.Post(front.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":"h","method":"eth_large","params":[1048576]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"jsonrpc":"2.0","id":"h","result":` + <-lh.results + `}`; string(got) != want {
+		t.Fatalf("%d bytes, want %d", len(got), len(want))
+	}
+	if h.srv.frames.held() == 0 {
+		t.Error("the answer's frame buffer did not come back to the pool")
 	}
 }
 

@@ -30,12 +30,9 @@ func newOutbox(limit int) *outbox {
 	return &outbox{limit: limit, wake: make(chan struct{}, 1)}
 }
 
-// push queues msg. It reports false when the queue is closed or over its
-// bound; the queue is then closed.
-func (q *outbox) push(msg []byte) bool { return q.pushLent(msg, nil) }
-
-// pushLent is push for a message that lies in buf, a frame buffer lent by
-// the upstream reader (buf is nil for a message of its own).
+// pushLent queues msg, which lies in buf, a frame buffer lent by the
+// upstream reader (buf is nil for a message of its own). It reports false
+// when the queue is closed or over its bound; the queue is then closed.
 func (q *outbox) pushLent(msg, buf []byte) bool {
 	q.mu.Lock()
 	if q.closed {
@@ -66,17 +63,11 @@ func (q *outbox) pushLent(msg, buf []byte) bool {
 	return true
 }
 
-// take moves everything queued into dst (reused) and returns it. The bytes
-// stay counted until done is called, so that a writer stuck on a client that
-// does not read still holds its share of the bound. The buffers lent with
-// the messages are let go (the garbage collector takes them).
-func (q *outbox) take(dst [][]byte) [][]byte {
-	dst, _ = q.takeLent(dst, nil)
-	return dst
-}
-
-// takeLent is take that also returns, in lent (reused), the lent buffer of
-// each message taken (nil for most); lent is empty when none is.
+// takeLent moves everything queued into dst (reused) and returns it, with,
+// in lent (reused), the lent buffer of each message taken (nil for most;
+// lent is empty when none is). The bytes stay counted until done is called,
+// so that a writer stuck on a client that does not read still holds its
+// share of the bound.
 func (q *outbox) takeLent(dst, lent [][]byte) ([][]byte, [][]byte) {
 	q.mu.Lock()
 	dst = append(dst[:0], q.msgs...)
