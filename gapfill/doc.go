@@ -17,8 +17,7 @@
 //     request in flight.
 //   - Forget: nobody holds the key any more.
 //
-// Effects (Effects) are requests to send upstream (Send, each with a
-// purpose for logs), pushes to deliver to the key's subscribers in order
+// Effects (Effects) are requests to send upstream (Send), pushes to deliver to the key's subscribers in order
 // (Delivery: either "the push just given, as it came" or a result the
 // machine built), and counters (backfilled heads and logs, gaps that could
 // not be closed, backfill durations).

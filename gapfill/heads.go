@@ -48,7 +48,7 @@ func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
 			continue
 		}
 		j.numWait[n] = true
-		j.queue = append(j.queue, &request{key: k.key, method: "eth_getBlockByNumber",
+		j.queue = append(j.queue, &request{method: "eth_getBlockByNumber",
 			params: []byte(`["` + quantity(n) + `",false]`), purpose: purposeHeadByNumber, num: n})
 	}
 	m.pump(k, now)

@@ -201,8 +201,8 @@ func (m *Machine) fetch(k *keyState, now time.Time) {
 	for a := from; a <= j.head; a += m.cfg.LogsChunk {
 		b := min(a+m.cfg.LogsChunk-1, j.head)
 		j.chunks++
-		j.queue = append(j.queue, &request{key: k.key, method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
-			purpose: purposeGetLogs, num: a, to: b})
+		j.queue = append(j.queue, &request{method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
+			purpose: purposeGetLogs, num: a})
 	}
 	m.pump(k, now)
 	m.afterChunk(k, now)

@@ -78,11 +78,10 @@ func (c Config) withDefaults() Config {
 // Send is a request the machine wants sent upstream, as muxd's own. ID is
 // the machine's; the answer comes back through Answer(ID, ...).
 type Send struct {
-	ID      uint64
-	Key     string
-	Method  string
-	Params  []byte // JSON array
-	Purpose string // what it is for, for logs and tests
+	ID     uint64
+	Key    string
+	Method string
+	Params []byte // JSON array
 }
 
 // Delivery is a push for every subscriber of Key, in the order given.
@@ -188,7 +187,6 @@ type request struct {
 	params   []byte
 	purpose  string
 	num      uint64 // block number it is about (by number, check, range start)
-	to       uint64 // range end (getLogs)
 	hash     string // by hash
 	deadline time.Time
 	retryAt  time.Time // zero while in flight
@@ -340,11 +338,19 @@ func (m *Machine) Disconnected() {
 	}
 }
 
+// Passes reports whether pushes for key go through untouched (a kind that
+// cannot be backfilled, a key the machine does not track, or backfill
+// off): a caller may then deliver them itself without calling Push.
+func (m *Machine) Passes(key string) bool {
+	k := m.keys[key]
+	return k == nil || k.kind == kindOther || !m.Enabled()
+}
+
 // Push is the event "the node pushed params (the eth_subscription params
 // object) for key".
 func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 	k := m.keys[key]
-	if k == nil || k.kind == kindOther || !m.Enabled() {
+	if m.Passes(key) {
 		m.eff.Deliveries = append(m.eff.Deliveries, Delivery{Key: key, Live: true})
 		return m.take()
 	}
@@ -503,7 +509,6 @@ func (m *Machine) startJob(k *keyState, now time.Time) *job {
 
 // enqueue adds a new request to k's job and sends what may be sent.
 func (m *Machine) enqueue(k *keyState, r *request, now time.Time) {
-	r.key = k.key
 	k.job.queue = append(k.job.queue, r)
 	m.pump(k, now)
 }
@@ -535,7 +540,7 @@ func (m *Machine) sendNew(k *keyState, r *request, now time.Time) {
 	r.key = k.key
 	r.deadline = now.Add(m.cfg.RequestTimeout)
 	m.reqs[r.id] = r
-	m.eff.Sends = append(m.eff.Sends, Send{ID: r.id, Key: k.key, Method: r.method, Params: r.params, Purpose: r.purpose})
+	m.eff.Sends = append(m.eff.Sends, Send{ID: r.id, Key: k.key, Method: r.method, Params: r.params})
 }
 
 func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time) {

@@ -24,11 +24,11 @@ import (
 // When the routing moves into the sans-I/O core, this file is what goes
 // with it.
 
-// newGapMachine builds the machine for cfg.
-func newGapMachine(cfg Config) *gapfill.Machine {
-	timeout := min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout)
+// newGapMachine builds the machine for cfg; timeout bounds each of its
+// requests.
+func newGapMachine(cfg Config, timeout time.Duration) *gapfill.Machine {
 	return gapfill.New(gapfill.Config{
-		Blocks:         max(cfg.BackfillBlocks, 0),
+		Blocks:         cfg.BackfillBlocks, // negative: off
 		RequestTimeout: timeout,
 		JobTimeout:     6 * timeout,
 	})

@@ -78,20 +78,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		policy:    pol,
-		metrics:   newMetrics(cfg.Registerer),
-		reqs:      router.NewRequests(),
-		subs:      router.NewSubscriptions(),
-		clients:   make(map[router.ClientID]*Client),
-		upChanged: make(chan struct{}),
-		gap:       newGapMachine(cfg),
-		gapReqs:   make(map[uint64]uint64),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		policy:     pol,
+		metrics:    newMetrics(cfg.Registerer),
+		reqs:       router.NewRequests(),
+		subs:       router.NewSubscriptions(),
+		clients:    make(map[router.ClientID]*Client),
+		upChanged:  make(chan struct{}),
+		gapReqs:    make(map[uint64]uint64),
+		gapTimeout: min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout),
 	}
+	s.gap = newGapMachine(cfg, s.gapTimeout)
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
-	s.gapTimeout = min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout)
 	s.sup = reconnect.New(reconnect.Config{
 		Dial:         cfg.Dial,
 		NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),

@@ -276,7 +276,13 @@ func (s *Server) routePush(u *upstreamConn, frame []byte, m *router.Message) {
 		s.dropped(DropUnknownSubscription, "upstream push for a subscription nobody holds", "gen", u.Gen)
 		return
 	}
-	s.applyGapLocked(s.gap.Push(sh.Key, m.Params.In(frame), time.Now()), &livePush{elem, at}, &out)
+	if s.gap.Passes(sh.Key) {
+		// newPendingTransactions and the like, the busiest pushes: no
+		// gap rules, straight to the members.
+		s.fanoutLocked(sh, elem, at)
+	} else {
+		s.applyGapLocked(s.gap.Push(sh.Key, m.Params.In(frame), time.Now()), &livePush{elem, at}, &out)
+	}
 	s.mu.Unlock()
 	u.send(out.frames...)
 }

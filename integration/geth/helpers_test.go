@@ -111,6 +111,24 @@ func tail(s string, n int) string {
 	return s
 }
 
+// waitDisconnected waits until srv reports its upstream lost.
+func waitDisconnected(t *testing.T, srv *mux.Server, d time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		up, changed := srv.Connected()
+		if !up {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			t.Fatalf("muxd upstream still connected after %v", d)
+		}
+	}
+}
+
 // waitConnected waits until srv reports its upstream connected.
 func waitConnected(t *testing.T, srv *mux.Server, d time.Duration) {
 	t.Helper()
