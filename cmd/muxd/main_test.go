@@ -423,32 +423,13 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}
 	node.waitSeen(t, "slow")
 
-	type httpResult struct {
-		body string
-		err  error
-	}
-	httpDone := make(chan httpResult, 1)
-	go func() {
-		resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"slow","params":[2]}`))
-		if err != nil {
-			httpDone <- httpResult{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		httpDone <- httpResult{string(b), err}
-	}()
+	httpDone := postAsync(addr, `{"jsonrpc":"2.0","id":7,"method":"slow","params":[2]}`)
 	node.waitSeen(t, "slow")
 	cancel()
 	// Both requests are still in flight once the shutdown has begun (its
 	// log line is the only sign of that); the node answers them during the
 	// grace period.
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), `msg="shutting down"`); {
-		if time.Now().After(deadline) {
-			t.Fatalf("serve never logged the shutdown: %s", stderr)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLogged(t, stderr, `msg="shutting down"`)
 	node.releaseSlow()
 
 	_, msg, err := ws.Read(ctx)
