@@ -172,6 +172,12 @@ func (c *chaosConn) handle(frame []byte, wg *sync.WaitGroup) {
 		return
 	}
 	c.u.requests.Add(1)
+	c.answerLater(m, wg)
+}
+
+// answerLater answers call m after a short random delay, on its own
+// goroutine, so that answers come back out of order.
+func (c *chaosConn) answerLater(m upMsg, wg *sync.WaitGroup) {
 	if m.Method == "eth_subscribe" {
 		c.u.subRecv.Add(1)
 	}
@@ -215,8 +221,7 @@ func (c *chaosConn) handleArray(frame []byte, wg *sync.WaitGroup) {
 	}
 	if rand.N(2) == 0 {
 		for _, m := range calls {
-			c.handle(mustJSON(m), wg)
-			c.u.requests.Add(-1) // counted above
+			c.answerLater(m, wg)
 		}
 		return
 	}
@@ -237,14 +242,6 @@ func (c *chaosConn) handleArray(frame []byte, wg *sync.WaitGroup) {
 			c.write(arr) // the same array twice
 		}
 	}()
-}
-
-func mustJSON(m upMsg) []byte {
-	b, err := json.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
 
 // chaosAnswer is the answer to an ordinary call: its params and method.
