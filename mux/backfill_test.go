@@ -219,7 +219,8 @@ func TestBackfillHeads(t *testing.T) {
 			// Requests the machine gave up on leave the pending table
 			// at their deadline.
 			eventually(t, "no backfill request tracked", func() (none bool) {
-				h.locked(func() { none = len(h.srv.gapReqs) == 0 && h.srv.reqs.Len() == 0 })
+				st := h.stats()
+				none = st.Backfill == 0 && st.Pending == 0
 				return none
 			})
 		})

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/router"
 )
 
@@ -48,29 +49,22 @@ type Client struct {
 
 	// scan is the scan buffer of dispatch, owned by the session's reader.
 	scan []router.Message
-
-	// Guarded by srv.mu.
-	inflight int
-	held     int               // bytes of the upstream frames of its requests in flight or waiting
-	subs     map[string]string // client subscription id -> subscription key
+	// eff is the effects buffer of the core events the session's reader
+	// makes (core.Effects), owned by that reader.
+	eff core.Effects
 }
 
 // ID names the session in logs.
 func (c *Client) ID() router.ClientID { return c.id }
 
-// send queues msg for the client. A client whose queue overflows is a slow
-// consumer: it is disconnected (close 1008) rather than allowed to make
-// anyone wait or to lose a message silently.
-func (c *Client) send(msg []byte) { c.sendLent(msg, nil) }
-
-// sendLent is send for a message that lies in buf, an upstream frame buffer
-// lent to this client (nil: msg is the client's own). The writer gives buf
-// back to the pool once msg is written.
-func (c *Client) sendLent(msg, buf []byte) {
-	if c == nil || len(msg) == 0 {
-		return
-	}
-	if !c.out.pushLent(msg, buf) {
+// send queues m, the client's seq'th message from the core. A client whose
+// queue overflows is a slow consumer: it is disconnected (close 1008)
+// rather than allowed to make anyone wait or to lose a message silently.
+func (c *Client) send(seq uint64, m outMsg) {
+	if !c.out.push(seq, m) {
+		if m.lent != nil {
+			c.srv.frames.put(m.lent)
+		}
 		c.slowConsumer()
 		return
 	}
@@ -127,13 +121,14 @@ func (c *Client) finished() (bool, int, string) {
 	if !f {
 		return false, 0, ""
 	}
-	// In this order: an answer is queued under srv.mu in the same hold
-	// that ends its request, so once nothing is in flight every answer is
-	// in the queue, and pending sees it.
+	// In this order: the core counts a request answered in the same
+	// event that numbers its answer, so once nothing is in flight every
+	// answer owed has a number, and the queue knows whether it has been
+	// queued and written.
 	c.srv.mu.Lock()
-	busy := c.inflight > 0
+	inflight, seq := c.srv.core.Owed(c.id)
 	c.srv.mu.Unlock()
-	if busy || c.out.pending() > 0 {
+	if inflight > 0 || !c.out.caughtUp(seq) {
 		return false, 0, ""
 	}
 	return true, code, reason
@@ -155,11 +150,14 @@ func (c *Client) kickWriter() {
 // at the moment it looks is written in one call, so transports that can
 // coalesce do.
 func (c *Client) writeLoop() {
-	var batch, lent [][]byte
+	var (
+		batch []outMsg
+		w     messageWriter
+	)
 	linger := time.NewTimer(writerLinger)
 	defer linger.Stop()
 	for {
-		batch, lent = c.out.takeLent(batch, lent)
+		batch = c.out.take(batch)
 		if len(batch) == 0 {
 			if done, code, reason := c.finished(); done {
 				c.shut(code, reason)
@@ -187,23 +185,64 @@ func (c *Client) writeLoop() {
 			}
 			continue
 		}
-		n := 0
-		for _, m := range batch {
-			n += len(m)
-		}
-		if err := c.tr.write(c.ctx, batch); err != nil {
+		msgs, n := w.messages(batch)
+		if err := c.tr.write(c.ctx, msgs); err != nil {
 			c.shut(closeGoingAway, "write failed")
 			return
 		}
 		c.out.done(n)
+		w.written(batch, &c.srv.frames)
 		clear(batch)
-		for _, b := range lent {
-			if b != nil {
-				c.srv.frames.put(b)
-			}
-		}
-		clear(lent)
 	}
+}
+
+// messageWriter turns the messages a writer takes from its queue into the
+// bytes its transport writes: shared pushes are spliced here, with each
+// client's own subscription id, into one buffer reused from one write to
+// the next. It is owned by one writer goroutine.
+type messageWriter struct {
+	arena []byte
+	spans []int // end of each spliced message in arena
+	msgs  [][]byte
+}
+
+// messages returns the messages of batch as the client gets them, valid
+// until the next call, and their total size.
+func (w *messageWriter) messages(batch []outMsg) ([][]byte, int) {
+	w.arena, w.spans = w.arena[:0], w.spans[:0]
+	for i := range batch {
+		if m := &batch[i]; m.id != nil {
+			w.arena = m.appendTo(w.arena)
+			w.spans = append(w.spans, len(w.arena))
+		}
+	}
+	w.msgs = w.msgs[:0]
+	n, start, k := 0, 0, 0
+	for i := range batch {
+		m := &batch[i]
+		if m.id == nil {
+			w.msgs = append(w.msgs, m.msg)
+		} else {
+			w.msgs = append(w.msgs, w.arena[start:w.spans[k]])
+			start = w.spans[k]
+			k++
+		}
+		n += m.size()
+	}
+	return w.msgs, n
+}
+
+// written lets go of what batch held once it is written: lent frame
+// buffers go back to pool, and a buffer grown for a large write is dropped.
+func (w *messageWriter) written(batch []outMsg, pool *framePool) {
+	for i := range batch {
+		if b := batch[i].lent; b != nil {
+			pool.put(b)
+		}
+	}
+	clear(w.msgs)
+	w.arena = reuse(w.arena, maxKeptSessionBuf)
+	w.msgs = reuse(w.msgs, maxKeptQueue)
 }
 
 // WebSocket close codes muxd uses.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/reconnect"
 )
 
@@ -26,32 +27,12 @@ const (
 	DefaultBackfillBlocks     = 128
 )
 
-// DefaultRetryMethods are the read-only methods that are sent again on the
-// next connection when the upstream is lost with them in flight. Anything
-// else (eth_sendRawTransaction above all) may or may not have been executed,
-// so it fails at once.
-var DefaultRetryMethods = []string{
-	"eth_chainId", "eth_blockNumber", "eth_call", "eth_getBalance",
-	"eth_getBlockByNumber", "eth_getBlockByHash", "eth_getTransactionReceipt",
-	"eth_getTransactionByHash", "eth_getTransactionCount", "eth_getLogs",
-	"eth_getCode", "eth_getStorageAt", "eth_estimateGas", "eth_gasPrice",
-	"eth_feeHistory", "eth_maxPriorityFeePerGas", "eth_syncing",
-	"net_version", "net_listening", "web3_clientVersion",
-}
-
-// DefaultDenyMethods are refused with -32601 and never sent upstream: node
-// administration, key management, and the debug_ methods that change the
-// node or its host rather than read the chain: debug_setHead rewinds the
-// chain, the debug_set* knobs change the node's runtime, the profilers and
-// Go tracers write files on the node's disk and cost it CPU, and
-// freeOSMemory, verbosity, vmodule and chaindbCompact act on the process.
-// The read-only debug_ methods indexers use (debug_trace*, debug_getRaw*,
-// debug_storageRangeAt, …) pass.
-var DefaultDenyMethods = []string{
-	"admin_*", "personal_*", "miner_*",
-	"debug_set*", "debug_*profile*", "debug_*gotrace", "debug_freeOSMemory",
-	"debug_verbosity", "debug_vmodule", "debug_chaindbCompact",
-}
+// DefaultRetryMethods and DefaultDenyMethods are the routing core's (see
+// package core).
+var (
+	DefaultRetryMethods = core.DefaultRetryMethods
+	DefaultDenyMethods  = core.DefaultDenyMethods
+)
 
 // Config configures a Server. The zero value of every field but Upstream (or
 // Dial) means its default.
@@ -83,7 +64,7 @@ type Config struct {
 	RetryMethods []string
 	// DenyMethods are patterns of refused methods, matched without regard
 	// to ASCII case, '*' standing for any run of characters and '?' for
-	// one (see CheckDenyPattern); nil means DefaultDenyMethods, an empty
+	// one (see core.CheckDenyPattern); nil means DefaultDenyMethods, an empty
 	// non-nil slice means none.
 	DenyMethods []string
 

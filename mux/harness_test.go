@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/muxd/muxd/core"
 )
 
 // testLogger logs through t.Log while the test runs and drops whatever a
@@ -174,19 +176,22 @@ func (h *harness) locked(f func()) {
 	f()
 }
 
-// pendingLen is the size of the pending table.
-func (h *harness) pendingLen() (n int) {
-	h.locked(func() { n = h.srv.reqs.Len() })
-	return n
+// stats is a snapshot of the routing core's tables.
+func (h *harness) stats() (s core.Stats) {
+	h.locked(func() { s = h.srv.core.Stats() })
+	return s
 }
+
+// pendingLen is the size of the pending table.
+func (h *harness) pendingLen() int { return h.stats().Pending }
 
 // clientIDs returns the ids of the sessions muxd holds.
 func (h *harness) clientIDs() (ids []uint64) {
-	h.locked(func() {
-		for id := range h.srv.clients {
-			ids = append(ids, uint64(id))
-		}
-	})
+	h.srv.peersMu.RLock()
+	defer h.srv.peersMu.RUnlock()
+	for id := range h.srv.peers {
+		ids = append(ids, uint64(id))
+	}
 	return ids
 }
 

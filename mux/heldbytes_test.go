@@ -30,13 +30,8 @@ func wantBigEcho(t *testing.T, r resp, id, size int) {
 }
 
 func (h *harness) heldBytes() (inflight, held int) {
-	h.locked(func() {
-		for _, c := range h.srv.clients {
-			inflight += c.inflight
-			held += c.held
-		}
-	})
-	return inflight, held
+	s := h.stats()
+	return s.InFlight, s.HeldBytes
 }
 
 // TestHeldBytesBound: the bytes of a client's requests that muxd holds

@@ -85,16 +85,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-c.ctx.Done():
 			return
 		}
-		if msgs, lent := c.out.takeLent(nil, nil); len(msgs) > 0 {
+		if batch := c.out.take(nil); len(batch) > 0 {
+			var mw messageWriter
+			msgs, _ := mw.messages(batch)
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(msgs[0])
 			// A large answer lies in a frame buffer the upstream
 			// reader lent: written, it goes back to the pool.
-			for _, b := range lent {
-				if b != nil {
-					s.frames.put(b)
-				}
-			}
+			mw.written(batch, &s.frames)
 			return
 		}
 	}

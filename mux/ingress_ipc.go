@@ -91,7 +91,7 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 				// The decoder would buffer an endless value whole; the
 				// stream cannot resync past it either.
 				s.metrics.limit("message_size")
-				s.reply(c, nil, router.ErrorLimit.Because("message too large"))
+				s.refuse(c, router.ErrorLimit.Because("message too large"))
 				c.finish(closeNormal, "message too large")
 				<-c.ctx.Done()
 				return
@@ -102,7 +102,7 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 				// A stream cannot resync after bad JSON: answer -32700,
 				// then close this connection once everything owed to it
 				// has been written.
-				s.reply(c, nil, router.ErrorParse)
+				s.refuse(c, router.ErrorParse)
 				c.finish(closeNormal, "parse error")
 				<-c.ctx.Done()
 			case errors.Is(err, io.EOF):
@@ -120,7 +120,7 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 		}
 		if int64(len(raw)) > s.cfg.MaxMessageBytes {
 			s.metrics.limit("message_size")
-			s.reply(c, nil, router.ErrorLimit.Because("message too large"))
+			s.refuse(c, router.ErrorLimit.Because("message too large"))
 			continue
 		}
 		s.dispatch(c, raw)

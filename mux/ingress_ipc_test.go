@@ -101,11 +101,11 @@ func answerIDs(t *testing.T, answers [][]byte) map[string]int {
 // (or none is left): the IPC reader has seen its client's EOF.
 func (h *harness) sessionsFinishing() bool {
 	var cs []*Client
-	h.locked(func() {
-		for _, c := range h.srv.clients {
-			cs = append(cs, c)
-		}
-	})
+	h.srv.peersMu.RLock()
+	for _, c := range h.srv.peers {
+		cs = append(cs, c)
+	}
+	h.srv.peersMu.RUnlock()
 	for _, c := range cs {
 		c.finishMu.Lock()
 		f := c.finishing

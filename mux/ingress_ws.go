@@ -121,7 +121,7 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 		}
 		if int64(len(frame)) > limit {
 			s.metrics.limit("message_size")
-			s.reply(c, nil, router.ErrorLimit.Because("message too large"))
+			s.refuse(c, router.ErrorLimit.Because("message too large"))
 			if _, err := io.Copy(io.Discard, r); err != nil {
 				return
 			}

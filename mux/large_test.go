@@ -169,11 +169,11 @@ func TestSlowClientLargeAnswer(t *testing.T) {
 	// is stuck on the full socket: others are served meanwhile.
 	eventually(t, "the slow client's answer to be queued", func() bool {
 		n := 0
-		h.locked(func() {
-			for _, c := range h.srv.clients {
-				n = max(n, c.out.pending())
-			}
-		})
+		h.srv.peersMu.RLock()
+		for _, c := range h.srv.peers {
+			n = max(n, c.out.pending())
+		}
+		h.srv.peersMu.RUnlock()
 		return n >= answer
 	})
 	for id := range 3 {

@@ -262,21 +262,15 @@ func (g *dialGate) waitFails(t *testing.T, n int) {
 }
 
 func (h *harness) waitingLen() (n int) {
-	h.locked(func() { n = len(h.srv.waiting) })
-	return n
+	return h.stats().Waiting
 }
 
 func (h *harness) subWaiters(params string) (n int) {
-	key, err := router.SubscriptionKey([]byte(params))
-	if err != nil {
+	// The tests that ask have one subscription key.
+	if _, err := router.SubscriptionKey([]byte(params)); err != nil {
 		h.t.Fatal(err)
 	}
-	h.locked(func() {
-		if sh := h.srv.subs.Key(key); sh != nil {
-			n = len(sh.Waiters)
-		}
-	})
-	return n
+	return h.stats().SubscribeWaiters
 }
 
 // answersByID reads n frames and returns every answer in them by id
@@ -561,6 +555,6 @@ func TestClientDisconnect(t *testing.T) {
 }
 
 func inFlightOf(h *harness, id uint64) (n int) {
-	h.locked(func() { n = h.srv.reqs.InFlight(router.ClientID(id)) })
+	h.locked(func() { n, _ = h.srv.core.Owed(router.ClientID(id)) })
 	return n
 }

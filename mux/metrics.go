@@ -2,76 +2,29 @@ package mux
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/muxd/muxd/core"
 )
 
-// DropReason says why muxd dropped a message from the upstream instead of
-// delivering it. Each reason has its own series of muxd_dropped_total.
-type DropReason uint8
+// DropReason says why muxd dropped a message instead of delivering it
+// (core.DropReason). Each reason has its own series of muxd_dropped_total.
+type DropReason = core.DropReason
 
+// The drop reasons, as package core names them.
 const (
-	DropUnknownID             DropReason = iota // response id matches no pending request (late, duplicate, foreign)
-	DropNullID                                  // response with id null: a protocol error from the node
-	DropUnknownSubscription                     // push for a subscription nobody holds
-	DropMalformed                               // upstream frame that is not valid JSON
-	DropUnexpected                              // upstream message that is neither a response nor a push
-	DropNoUpstream                              // client notification while no upstream is connected
-	DropSubscribeNotification                   // client eth_subscribe/eth_unsubscribe sent without an id
-	numDropReasons
+	DropUnknownID             = core.DropUnknownID
+	DropNullID                = core.DropNullID
+	DropUnknownSubscription   = core.DropUnknownSubscription
+	DropMalformed             = core.DropMalformed
+	DropUnexpected            = core.DropUnexpected
+	DropNoUpstream            = core.DropNoUpstream
+	DropSubscribeNotification = core.DropSubscribeNotification
+	numDropReasons            = core.NumDropReasons
 )
-
-func (r DropReason) String() string {
-	switch r {
-	case DropUnknownID:
-		return "unknown_id"
-	case DropNullID:
-		return "null_id"
-	case DropUnknownSubscription:
-		return "unknown_subscription"
-	case DropMalformed:
-		return "malformed"
-	case DropUnexpected:
-		return "unexpected"
-	case DropNoUpstream:
-		return "no_upstream"
-	case DropSubscribeNotification:
-		return "subscribe_notification"
-	}
-	return "reason_" + strconv.Itoa(int(r))
-}
-
-// knownMethods bounds the method label: anything else counts as "other", so
-// a client sending random method names cannot grow the series without end.
-// It maps each name to itself, so that dispatch can look a method up by its
-// raw bytes and share one string instead of allocating one per request.
-var knownMethods = func() map[string]string {
-	m := map[string]string{}
-	for _, s := range []string{
-		"eth_accounts", "eth_blobBaseFee", "eth_blockNumber", "eth_call", "eth_chainId",
-		"eth_createAccessList", "eth_estimateGas", "eth_feeHistory", "eth_gasPrice",
-		"eth_getBalance", "eth_getBlockByHash", "eth_getBlockByNumber", "eth_getBlockReceipts",
-		"eth_getBlockTransactionCountByHash", "eth_getBlockTransactionCountByNumber",
-		"eth_getCode", "eth_getFilterChanges", "eth_getFilterLogs", "eth_getLogs", "eth_getProof",
-		"eth_getStorageAt", "eth_getTransactionByBlockHashAndIndex",
-		"eth_getTransactionByBlockNumberAndIndex", "eth_getTransactionByHash",
-		"eth_getTransactionCount", "eth_getTransactionReceipt", "eth_getUncleByBlockHashAndIndex",
-		"eth_getUncleByBlockNumberAndIndex", "eth_getUncleCountByBlockHash",
-		"eth_getUncleCountByBlockNumber", "eth_maxPriorityFeePerGas", "eth_newBlockFilter",
-		"eth_newFilter", "eth_newPendingTransactionFilter", "eth_sendRawTransaction",
-		"eth_sendTransaction", "eth_sign", "eth_signTransaction", "eth_simulateV1",
-		"eth_subscribe", "eth_syncing", "eth_uninstallFilter", "eth_unsubscribe",
-		"net_listening", "net_peerCount", "net_version", "web3_clientVersion", "web3_sha3",
-		"txpool_content", "txpool_inspect", "txpool_status",
-		"debug_traceBlockByHash", "debug_traceBlockByNumber", "debug_traceCall",
-		"debug_traceTransaction", "trace_block", "trace_call", "trace_filter",
-		"trace_replayTransaction", "trace_transaction",
-	} {
-		m[s] = s
-	}
-	return m
-}()
 
 // Metrics are the Prometheus series of one Server, all prefixed muxd_.
 type Metrics struct {
@@ -180,7 +133,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.responseOK = m.Responses.WithLabelValues("ok")
 	m.requestsByMethod = map[string]prometheus.Counter{"other": m.Requests.WithLabelValues("other")}
-	for name := range knownMethods {
+	for name := range core.KnownMethods {
 		m.requestsByMethod[name] = m.Requests.WithLabelValues(name)
 	}
 	m.clientsByTransport = map[string]prometheus.Gauge{}
@@ -241,4 +194,40 @@ func counterValue(c prometheus.Metric) float64 {
 		return m.Gauge.GetValue()
 	}
 	return 0
+}
+
+// observer counts what the routing core does (core.Observer) in the
+// Metrics. The core calls it with the server's lock held: every method is
+// an atomic update of a series resolved in advance, or one label lookup.
+type observer struct{ m *Metrics }
+
+func (o observer) Request(method string) { o.m.request(method) }
+func (o observer) Answered(code int, latency time.Duration) {
+	o.m.response(code)
+	if latency >= 0 {
+		o.m.Latency.Observe(latency.Seconds())
+	}
+}
+func (o observer) Limit(name string)                { o.m.limit(name) }
+func (o observer) Dropped(r core.DropReason)        { o.m.drop(r) }
+func (o observer) InFlight(delta int)               { o.m.InFlight.Add(float64(delta)) }
+func (o observer) Retried(n int)                    { o.m.Retried.Add(float64(n)) }
+func (o observer) Pushed(n int)                     { o.m.Pushes.Add(float64(n)) }
+func (o observer) BackfillDuration(d time.Duration) { o.m.BackfillDuration.Observe(d.Seconds()) }
+func (o observer) BackfillGap(kind, reason string) {
+	o.m.BackfillGaps.WithLabelValues(kind, reason).Inc()
+}
+func (o observer) Subscriptions(upstream, clients int) {
+	o.m.UpstreamSubs.Set(float64(upstream))
+	o.m.ClientSubs.Set(float64(clients))
+}
+func (o observer) Backfilled(kind string, n int) {
+	switch kind {
+	case "newHeads":
+		o.m.BackfilledHeads.Add(float64(n))
+	case "logs":
+		o.m.BackfilledLogs.Add(float64(n))
+	default:
+		o.m.backfilled.WithLabelValues(kind).Add(float64(n))
+	}
 }

@@ -1,6 +1,38 @@
 package mux
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/muxd/muxd/router"
+)
+
+// outMsg is one message queued for a client: msg, or, when id is set, msg
+// with the bytes at at replaced by id (a push shared by every subscriber of
+// its key, spliced by each client's writer). lent is the upstream frame
+// buffer msg lies in, for the writer to give back to the pool once msg is
+// written; nil for most.
+type outMsg struct {
+	msg  []byte
+	at   router.Span
+	id   []byte
+	lent []byte
+}
+
+// size is the length of the message as the client gets it.
+func (m *outMsg) size() int {
+	if m.id == nil {
+		return len(m.msg)
+	}
+	return len(m.msg) - m.at.Len + len(m.id)
+}
+
+// appendTo appends the message as the client gets it to dst.
+func (m *outMsg) appendTo(dst []byte) []byte {
+	if m.id == nil {
+		return append(dst, m.msg...)
+	}
+	return router.AppendSpliced(dst, m.msg, m.at, m.id)
+}
 
 // outbox is a client's bounded outbound queue. Producers (the upstream
 // reader, the timeout sweeper, the client's own reader) push without ever
@@ -8,53 +40,67 @@ import "sync"
 // everything queued at once, so that the transport (WebSocket, IPC)
 // writes it in one go.
 //
-// The bound is in bytes. The first message is always accepted whatever its
-// size, so a single large response (a block trace) cannot by itself make a
-// client a slow consumer; after that, a push that would take the queue past
-// the bound fails and the client is to be disconnected. Nothing is ever
-// dropped silently.
+// Each message comes numbered by the routing core (core.Delivery.Seq), and
+// they are queued in that order: producers apply the effects of different
+// events on different goroutines, after the lock around the core is
+// released, and one that comes early waits (parked) for those before it.
+//
+// The bound is in bytes, parked messages included. The first message is
+// always accepted whatever its size, so a single large response (a block
+// trace) cannot by itself make a client a slow consumer; after that, a push
+// that would take the queue past the bound fails and the client is to be
+// disconnected. Nothing is ever dropped silently.
 type outbox struct {
-	mu   sync.Mutex
-	msgs [][]byte
-	// lent[i] is the upstream frame buffer msgs[i] lies in, for the
-	// writer to give back to the pool once msgs[i] is written; nil for
-	// a message of its own (most). Dropped with msgs otherwise.
-	lent   [][]byte
+	mu     sync.Mutex
+	msgs   []outMsg
+	parked map[uint64]outMsg // came before their turn
+	next   uint64            // the Seq of the next message to queue
 	bytes  int
 	limit  int
 	closed bool
-	wake   chan struct{} // cap 1: something was pushed
+	wake   chan struct{} // cap 1: something was queued
 }
 
 func newOutbox(limit int) *outbox {
-	return &outbox{limit: limit, wake: make(chan struct{}, 1)}
+	return &outbox{limit: limit, next: 1, wake: make(chan struct{}, 1)}
 }
 
-// pushLent queues msg, which lies in buf, a frame buffer lent by the
-// upstream reader (buf is nil for a message of its own). It reports false
-// when the queue is closed or over its bound; the queue is then closed.
-func (q *outbox) pushLent(msg, buf []byte) bool {
+// push queues m, the client's seq'th message. It reports false when the
+// queue is closed or over its bound; the queue is then closed.
+func (q *outbox) push(seq uint64, m outMsg) bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
 		return false
 	}
-	if q.bytes > 0 && q.bytes+len(msg) > q.limit {
+	n := m.size()
+	if q.bytes > 0 && q.bytes+n > q.limit {
 		q.closed = true
-		q.msgs, q.lent = nil, nil
+		q.msgs, q.parked = nil, nil
 		q.bytes = 0
 		q.mu.Unlock()
 		return false
 	}
-	q.msgs = append(q.msgs, msg)
-	if buf != nil || q.lent != nil {
-		// lent is kept as long as msgs only while a lent buffer is queued
-		for len(q.lent) < len(q.msgs)-1 {
-			q.lent = append(q.lent, nil)
+	q.bytes += n
+	if seq != q.next {
+		if q.parked == nil {
+			q.parked = make(map[uint64]outMsg)
 		}
-		q.lent = append(q.lent, buf)
+		q.parked[seq] = m
+		q.mu.Unlock()
+		return true
 	}
-	q.bytes += len(msg)
+	q.msgs = append(q.msgs, m)
+	q.next++
+	for len(q.parked) > 0 {
+		pm, ok := q.parked[q.next]
+		if !ok {
+			break
+		}
+		delete(q.parked, q.next)
+		q.msgs = append(q.msgs, pm)
+		q.next++
+	}
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -63,28 +109,20 @@ func (q *outbox) pushLent(msg, buf []byte) bool {
 	return true
 }
 
-// takeLent moves everything queued into dst (reused) and returns it, with,
-// in lent (reused), the lent buffer of each message taken (nil for most;
-// lent is empty when none is). The bytes stay counted until done is called,
-// so that a writer stuck on a client that does not read still holds its
-// share of the bound.
-func (q *outbox) takeLent(dst, lent [][]byte) ([][]byte, [][]byte) {
+// take moves everything queued into dst (reused) and returns it. The bytes
+// stay counted until done is called, so that a writer stuck on a client
+// that does not read still holds its share of the bound.
+func (q *outbox) take(dst []outMsg) []outMsg {
 	q.mu.Lock()
 	dst = append(dst[:0], q.msgs...)
 	clear(q.msgs)
-	q.msgs = q.msgs[:0]
-	lent = append(lent[:0], q.lent...)
-	clear(q.lent)
-	q.lent = q.lent[:0]
-	if cap(q.lent) > maxKeptLent {
-		q.lent = nil
-	}
+	q.msgs = reuse(q.msgs, maxKeptQueue)
 	q.mu.Unlock()
-	return dst, lent
+	return dst
 }
 
-// maxKeptLent bounds the lent list an outbox keeps between takes.
-const maxKeptLent = 64
+// maxKeptQueue bounds the queue slice an outbox keeps between takes.
+const maxKeptQueue = 64
 
 // done releases n bytes taken by the writer and written.
 func (q *outbox) done(n int) {
@@ -97,15 +135,16 @@ func (q *outbox) done(n int) {
 func (q *outbox) close() {
 	q.mu.Lock()
 	q.closed = true
-	q.msgs, q.lent = nil, nil
+	q.msgs, q.parked = nil, nil
 	q.mu.Unlock()
 }
 
-// pending is the number of bytes queued or being written.
-func (q *outbox) pending() int {
+// caughtUp reports whether every message up to the seq'th has been queued
+// and written.
+func (q *outbox) caughtUp(seq uint64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.bytes
+	return q.next > seq && q.bytes == 0
 }
 
 // hasQueued reports whether messages wait to be taken.
@@ -113,4 +152,11 @@ func (q *outbox) hasQueued() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.msgs) > 0
+}
+
+// pending is the number of bytes queued, parked or being written.
+func (q *outbox) pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bytes
 }

@@ -8,60 +8,49 @@ import (
 	"sync"
 	"time"
 
-	"github.com/muxd/muxd/gapfill"
+	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/reconnect"
 	"github.com/muxd/muxd/router"
 )
 
 // ErrTooManyClients is returned when MaxClients sessions are already open.
-var ErrTooManyClients = errors.New("too many clients")
+var ErrTooManyClients = core.ErrTooManyClients
 
 // ErrClosed is returned for sessions opened after Shutdown began.
-var ErrClosed = errors.New("server shutting down")
+var ErrClosed = core.ErrClosed
 
 // Server shares one upstream connection among many client sessions.
 // Create it with New, run the upstream with Run, and hand it client
 // connections through its ingress handlers (ServeHTTP for WebSocket).
+//
+// All routing state lives in core, a sans-I/O state machine (package
+// core); the Server is its shell. Every goroutine that has an event for it
+// (a session's reader, the upstream reader, the sweeper) takes mu, makes
+// the one core call, and releases mu; it then carries out the call's
+// effects: queueing deliveries, writing upstream, logging.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	policy  policy
 	metrics *Metrics
 	sup     *reconnect.Supervisor
 
-	mu         sync.Mutex
-	reqs       *router.Requests // pending table of the current connection
-	subs       *router.Subscriptions
-	waiting    []waitingRequest // requests held while no upstream is up
-	clients    map[router.ClientID]*Client
-	nextClient router.ClientID
-	up         *upstreamConn // nil while disconnected
-	gens       uint64        // connections made so far
-	closing    bool
-	idle       chan struct{} // closed when in-flight work reaches zero during shutdown
+	mu   sync.Mutex
+	core *core.Core    // guarded by mu
+	up   *upstreamConn // guarded by mu; nil while disconnected
+	gens uint64        // guarded by mu: connections made so far
+	idle chan struct{} // guarded by mu: closed when nothing is owed during shutdown
+	// upChanged is closed and replaced whenever up changes (for waiters);
+	// guarded by mu.
+	upChanged chan struct{}
 
-	upChanged chan struct{} // closed and replaced whenever up changes (for waiters)
-	dropLog   dropLimiter
-	frames    framePool // the upstream reader's large frame buffers
-	reclaim   reclaimer // gives large releases back to the OS
+	// peers finds a session by id for the deliveries of the core.
+	peersMu sync.RWMutex
+	peers   map[router.ClientID]*Client
 
-	// gap makes subscriptions gap-free (backfill.go); gapReqs maps the
-	// upstream id of each of its requests in flight to the machine's id.
-	// Both are guarded by mu.
-	gap        *gapfill.Machine
-	gapReqs    map[uint64]uint64
-	gapTimeout time.Duration
-}
-
-// waitingRequest is a request accepted while no upstream was connected, or
-// carried over from a lost connection for a retry. id is its upstream id,
-// kept so that a retry goes out under the id it had.
-type waitingRequest struct {
-	id uint64
-	p  router.Pending
-	// giveUp is when it stops waiting for an upstream and gets -32002
-	// (Config.UpstreamWait after it began to wait).
-	giveUp time.Time
+	dropLog dropLimiter
+	frames  framePool // the upstream reader's large frame buffers
+	reclaim reclaimer // gives large releases back to the OS
+	sweep   core.Effects
 }
 
 // New checks cfg and returns a Server. Nothing runs until Run.
@@ -73,23 +62,38 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Dial = reconnect.WebSocketDialer(cfg.Upstream, cfg.UpstreamHeader, cfg.UpstreamReadLimit)
 	}
-	pol, err := newPolicy(cfg.DenyMethods, cfg.RetryMethods)
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		metrics:   newMetrics(cfg.Registerer),
+		peers:     make(map[router.ClientID]*Client),
+		upChanged: make(chan struct{}),
+	}
+	backfill := cfg.BackfillBlocks
+	if backfill < 0 {
+		backfill = 0
+	}
+	rc, err := core.New(core.Config{
+		RequestTimeout:    cfg.RequestTimeout,
+		UpstreamWait:      cfg.UpstreamWait,
+		UpstreamMaxBatch:  cfg.UpstreamMaxBatch,
+		MaxBatch:          cfg.MaxBatch,
+		MaxInFlight:       cfg.MaxInFlight,
+		MaxHeldBytes:      cfg.MaxHeldBytes,
+		MaxSubscriptions:  cfg.MaxSubscriptions,
+		MaxClients:        cfg.MaxClients,
+		MaxWaiting:        cfg.MaxWaiting,
+		HeldPushBytes:     cfg.OutboundQueueBytes,
+		DenyMethods:       cfg.DenyMethods,
+		RetryMethods:      cfg.RetryMethods,
+		BackfillBlocks:    backfill,
+		NewSubscriptionID: newSubscriptionID,
+		Observer:          observer{s.metrics},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
-	s := &Server{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		policy:     pol,
-		metrics:    newMetrics(cfg.Registerer),
-		reqs:       router.NewRequests(),
-		subs:       router.NewSubscriptions(),
-		clients:    make(map[router.ClientID]*Client),
-		upChanged:  make(chan struct{}),
-		gapReqs:    make(map[uint64]uint64),
-		gapTimeout: min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout),
-	}
-	s.gap = newGapMachine(cfg, s.gapTimeout)
+	s.core = rc
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
 	s.sup = reconnect.New(reconnect.Config{
@@ -156,18 +160,14 @@ func (s *Server) setUp(u *upstreamConn) {
 // removeClient when it returns.
 func (s *Server) newClient(parent context.Context, tr transport) (*Client, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return nil, ErrClosed
+	id, err := s.core.Join(tr.name() == "http")
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	if len(s.clients) >= s.cfg.MaxClients {
-		s.metrics.limit("clients")
-		return nil, ErrTooManyClients
-	}
-	s.nextClient++
 	ctx, cancel := context.WithCancel(parent)
 	c := &Client{
-		id:        s.nextClient,
+		id:        id,
 		srv:       s,
 		tr:        tr,
 		out:       newOutbox(s.cfg.OutboundQueueBytes),
@@ -175,7 +175,9 @@ func (s *Server) newClient(parent context.Context, tr transport) (*Client, error
 		cancel:    cancel,
 		autoWrite: tr.name() != "http",
 	}
-	s.clients[c.id] = c
+	s.peersMu.Lock()
+	s.peers[id] = c
+	s.peersMu.Unlock()
 	s.metrics.clientsByTransport[tr.name()].Inc()
 	return c, nil
 }
@@ -185,58 +187,32 @@ func (s *Server) newClient(parent context.Context, tr transport) (*Client, error
 // and its subscriptions are released.
 func (s *Server) removeClient(c *Client) {
 	c.shut(closeNormal, "")
-	var frames [][]byte
-	s.mu.Lock()
-	if _, ok := s.clients[c.id]; !ok {
-		s.mu.Unlock()
+	s.peersMu.Lock()
+	_, ok := s.peers[c.id]
+	delete(s.peers, c.id)
+	s.peersMu.Unlock()
+	if !ok {
 		return
 	}
-	delete(s.clients, c.id)
-	s.reqs.DropClient(c.id, nil)
-	kept := s.waiting[:0]
-	for _, w := range s.waiting {
-		if w.p.Client != c.id {
-			kept = append(kept, w)
-		}
-	}
-	clear(s.waiting[len(kept):])
-	s.waiting = kept
-	s.metrics.InFlight.Sub(float64(c.inflight))
-	s.reclaim.released(c.held)
-	c.inflight, c.held = 0, 0
-	frames = s.releaseSubscriptionsLocked(c)
+	s.mu.Lock()
+	held := s.core.Held(c.id)
+	s.core.ClientGone(&c.eff, c.id, time.Now())
 	up := s.up
-	s.checkIdleLocked()
 	s.mu.Unlock()
+	s.reclaim.released(held)
 	s.metrics.clientsByTransport[c.tr.name()].Dec()
-	up.send(frames...)
+	s.apply(&c.eff, up, nil)
 }
 
-// failAll answers every request still pending, waiting for an upstream, or
-// waiting on a subscription with e, and returns how many; used when the
-// server stops.
+// failAll answers every request still owed an answer with e, and returns
+// how many; used when the server stops.
 func (s *Server) failAll(e router.RPCError) int {
-	var done []router.Pending
+	var eff core.Effects
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reqs.Discard(func(_ uint64, p router.Pending) {
-		s.settledLocked(p)
-		done = append(done, p)
-	})
-	for _, w := range s.waiting {
-		s.settledLocked(w.p)
-		done = append(done, w.p)
-	}
-	s.waiting = nil
-	done = s.expireWaitersLocked(time.Unix(1<<40, 0), done) // every waiter
-	s.updateSubGaugesLocked()
-	n := 0
-	for _, p := range done {
-		if c := s.clients[p.Client]; c != nil && p.Client != router.Internal {
-			s.deliverLocked(c, p, router.ErrorResponse(p.ID, e), e.Code)
-			n++
-		}
-	}
+	n := s.core.Shutdown(&eff, e, time.Now())
+	up := s.up
+	s.mu.Unlock()
+	s.apply(&eff, up, nil)
 	return n
 }
 
@@ -247,12 +223,13 @@ func (s *Server) failAll(e router.RPCError) int {
 // upstream with 1000.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
 	if s.idle == nil {
 		s.idle = make(chan struct{})
 	}
 	idle := s.idle
-	s.checkIdleLocked()
+	if s.core.BeginShutdown() {
+		s.idleNowLocked()
+	}
 	s.mu.Unlock()
 
 	select {
@@ -263,12 +240,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		n := s.failAll(router.ErrorUnavailable.Because("shutdown"))
 		s.log.Warn("shutdown grace over, answered requests still in flight with -32002", "requests", n)
 	}
-	s.mu.Lock()
-	clients := make([]*Client, 0, len(s.clients))
-	for _, c := range s.clients {
+	s.peersMu.RLock()
+	clients := make([]*Client, 0, len(s.peers))
+	for _, c := range s.peers {
 		clients = append(clients, c)
 	}
-	s.mu.Unlock()
+	s.peersMu.RUnlock()
 	// Each client is closed with 1001 once what is queued for it has been
 	// written; a client that does not take it within a second is cut.
 	for _, c := range clients {
@@ -287,27 +264,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// checkIdleLocked closes s.idle once shutting down and nothing is in
-// flight. Caller holds s.mu.
-func (s *Server) checkIdleLocked() {
-	if s.idle == nil || !s.closing {
+// idleNowLocked tells a waiting Shutdown that nothing is owed any more.
+// Caller holds s.mu.
+func (s *Server) idleNowLocked() {
+	if s.idle == nil {
 		return
 	}
 	select {
 	case <-s.idle:
-		return
 	default:
-	}
-	busy := len(s.waiting) > 0
-	if !busy {
-		for _, c := range s.clients {
-			if c.inflight > 0 {
-				busy = true
-				break
-			}
-		}
-	}
-	if !busy {
 		close(s.idle)
 	}
 }

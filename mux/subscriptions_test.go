@@ -391,7 +391,7 @@ func TestSubscriptions(t *testing.T) {
 		}
 		h.fake.Wait(t, "no live upstream subscription", func() bool { return len(fc.subs) == 0 })
 		var up int
-		h.locked(func() { up, _ = h.srv.subs.Counts() })
+		up = h.stats().UpstreamSubs
 		if up != 0 {
 			t.Errorf("muxd still maps %d upstream subscriptions", up)
 		}
@@ -479,7 +479,7 @@ func TestSubscriptions(t *testing.T) {
 			t.Errorf("live upstream subscriptions = %d", n)
 		}
 		var clientSubs int
-		h.locked(func() { _, clientSubs = h.srv.subs.Counts() })
+		clientSubs = h.stats().ClientSubs
 		if clientSubs != 0 {
 			t.Errorf("muxd holds %d client subscriptions after the refusal", clientSubs)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/mux"
 	"github.com/muxd/muxd/reconnect"
 )
@@ -253,7 +254,7 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 		add("log_format: %q is not text or json", c.LogFormat)
 	}
 	for _, p := range c.DenyMethods {
-		if err := mux.CheckDenyPattern(p); err != nil {
+		if err := core.CheckDenyPattern(p); err != nil {
 			add("deny_methods: %v", err)
 		}
 	}

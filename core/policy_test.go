@@ -1,4 +1,4 @@
-package mux
+package core
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package mux
+package core
 
 import (
 	"errors"
@@ -8,6 +8,33 @@ import (
 
 // ErrDenyPattern marks a deny_methods pattern that cannot be used.
 var ErrDenyPattern = errors.New("bad deny pattern")
+
+// DefaultRetryMethods are the read-only methods that are sent again on the
+// next connection when the upstream is lost with them in flight. Anything
+// else (eth_sendRawTransaction above all) may or may not have been executed,
+// so it fails at once.
+var DefaultRetryMethods = []string{
+	"eth_chainId", "eth_blockNumber", "eth_call", "eth_getBalance",
+	"eth_getBlockByNumber", "eth_getBlockByHash", "eth_getTransactionReceipt",
+	"eth_getTransactionByHash", "eth_getTransactionCount", "eth_getLogs",
+	"eth_getCode", "eth_getStorageAt", "eth_estimateGas", "eth_gasPrice",
+	"eth_feeHistory", "eth_maxPriorityFeePerGas", "eth_syncing",
+	"net_version", "net_listening", "web3_clientVersion",
+}
+
+// DefaultDenyMethods are refused with -32601 and never sent upstream: node
+// administration, key management, and the debug_ methods that change the
+// node or its host rather than read the chain: debug_setHead rewinds the
+// chain, the debug_set* knobs change the node's runtime, the profilers and
+// Go tracers write files on the node's disk and cost it CPU, and
+// freeOSMemory, verbosity, vmodule and chaindbCompact act on the process.
+// The read-only debug_ methods indexers use (debug_trace*, debug_getRaw*,
+// debug_storageRangeAt, …) pass.
+var DefaultDenyMethods = []string{
+	"admin_*", "personal_*", "miner_*",
+	"debug_set*", "debug_*profile*", "debug_*gotrace", "debug_freeOSMemory",
+	"debug_verbosity", "debug_vmodule", "debug_chaindbCompact",
+}
 
 // policy answers the per-method questions: may it be called, may it be
 // retried on a new connection.
@@ -27,7 +54,7 @@ func newPolicy(deny, retry []string) (policy, error) {
 		}
 		p.deny = append(p.deny, strings.ToLower(pat))
 	}
-	for name := range knownMethods {
+	for name := range KnownMethods {
 		p.deniedKnown[name] = p.match(name)
 	}
 	for _, m := range retry {

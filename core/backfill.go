@@ -1,0 +1,101 @@
+package core
+
+import (
+	"time"
+
+	"github.com/muxd/muxd/gapfill"
+	"github.com/muxd/muxd/router"
+)
+
+// This file connects the core to package gapfill, the pure state machine
+// that decides what a subscription key has missed and how to fill it. It
+// only turns the machine's events and effects into the core's terms:
+//
+//   - events: a push for a live key (push), a key becoming live
+//     (subscribeAnswered), the answer to one of the machine's requests
+//     (response, Kind router.KindBackfill), Tick, the connection lost
+//     (UpstreamLost), a key's last subscriber gone (detach);
+//   - effects: requests sent as muxd's own (router.Internal, with a
+//     deadline so the pending table cannot keep them), pushes fanned out to
+//     the key's members in order, counters.
+
+// applyGap carries out the machine's effects. live is the push of the
+// event (nil for other events).
+func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now time.Time) {
+	for _, r := range g.Sends {
+		if c.gen == 0 {
+			// No connection: the machine times it out and retries or
+			// gives up (in practice it is told of the loss first).
+			continue
+		}
+		uid := c.reqs.Next()
+		c.gapReqs[uid] = r.ID
+		c.enqueue(e, nil, uid, router.Pending{
+			Client:   router.Internal,
+			Method:   r.Method,
+			Sent:     now,
+			Deadline: now.Add(c.gapTimeout),
+			Frame:    router.AppendRequest(nil, uid, r.Method, r.Params),
+			Kind:     router.KindBackfill,
+			Key:      r.Key,
+		}, now)
+	}
+	for _, d := range g.Deliveries {
+		sh := c.subs.byKey[d.Key]
+		if sh == nil {
+			continue
+		}
+		if d.Live {
+			if live != nil {
+				c.fanout(e, sh, *live)
+			}
+			continue
+		}
+		msg, at := gapPushFrame(d.Result)
+		c.fanout(e, sh, sharedPush{msg: msg, at: at})
+	}
+	if g.HeadsBackfilled > 0 {
+		c.obs.Backfilled("newHeads", g.HeadsBackfilled)
+	}
+	if g.LogsBackfilled > 0 {
+		c.obs.Backfilled("logs", g.LogsBackfilled)
+	}
+	for _, gap := range g.Gaps {
+		c.obs.BackfillGap(gap.Kind, gap.Reason)
+		e.note("subscription gap not closed", "kind", gap.Kind, "reason", gap.Reason)
+	}
+	for _, d := range g.Durations {
+		c.obs.BackfillDuration(d)
+	}
+}
+
+// gapPushFrame builds an eth_subscription push for result as geth lays one
+// out; the subscription id is a placeholder at the returned span, which
+// each member's delivery replaces with its own id.
+func gapPushFrame(result []byte) ([]byte, router.Span) {
+	const head = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":`
+	const placeholder = `""`
+	b := make([]byte, 0, len(head)+len(placeholder)+len(`,"result":`)+len(result)+2)
+	b = append(b, head...)
+	at := router.Span{Off: len(b), Len: len(placeholder)}
+	b = append(b, placeholder...)
+	b = append(b, `,"result":`...)
+	b = append(b, result...)
+	b = append(b, "}}"...)
+	return b, at
+}
+
+// backfillAnswered hands the node's answer to a backfill request to the
+// machine.
+func (c *Core) backfillAnswered(e *Effects, frame []byte, m *router.Message, uid uint64, now time.Time) {
+	id, ok := c.gapReqs[uid]
+	if !ok {
+		return
+	}
+	delete(c.gapReqs, uid)
+	var result []byte
+	if m.Result.Present() && !m.Error.Present() {
+		result = m.Result.In(frame)
+	}
+	c.applyGap(e, c.gap.Answer(id, result, now), nil, now)
+}

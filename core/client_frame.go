@@ -1,0 +1,273 @@
+package core
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// ClientFrame is the event of a frame from client id. The shell scans it
+// first, outside its lock (router.ScanClient gives f and scanErr), and the
+// core then answers what muxd answers itself (parse errors, invalid
+// requests, policy, limits), sends every well-formed request upstream under
+// a fresh id (or holds it until an upstream is up), and arranges for batch
+// answers to be re-assembled. It reports whether an answer will be sent
+// (false for notifications only), for HTTP, which must answer an empty 200
+// then. The core keeps no reference to frame once it returns.
+func (c *Core) ClientFrame(e *Effects, id router.ClientID, frame []byte, f router.Frame, scanErr error, now time.Time) (answers bool) {
+	e.Reset()
+	cl := c.clients[id]
+	if cl == nil {
+		return false
+	}
+	switch {
+	case errors.Is(scanErr, router.ErrParse):
+		c.reply(e, cl, nil, router.ErrorParse)
+		return true
+	case errors.Is(scanErr, router.ErrEmptyBatch):
+		c.reply(e, cl, nil, router.ErrorEmptyBatch)
+		return true
+	case scanErr != nil:
+		c.reply(e, cl, nil, router.ErrorInvalidRequest)
+		return true
+	}
+	if f.Batch && len(f.Messages) > c.cfg.MaxBatch {
+		c.obs.Limit("batch_size")
+		c.reply(e, cl, nil, router.ErrorLimit.Because("batch too large"))
+		return true
+	}
+	var b *router.Batch
+	if f.Batch {
+		want := 0
+		for i := range f.Messages {
+			if m := &f.Messages[i]; m.HasID() || m.Invalid != nil {
+				want++
+			}
+		}
+		if want > 0 {
+			b = router.NewBatch(cl.id, want)
+		}
+	}
+	return c.admitAll(e, cl, frame, f.Messages, b, f.Batch, now)
+}
+
+// admitAll handles the messages of one frame. b re-assembles the answers of
+// a batch (nil for a single message and for a batch of notifications
+// only); batch says the frame is a batch, whose forwarded elements go
+// upstream as one array. It reports whether an answer will come.
+func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Message, b *router.Batch, batch bool, now time.Time) bool {
+	var (
+		up      *router.UpstreamBatch
+		expect  bool
+		answers [][]byte // muxd's own answers to batch elements
+	)
+	if batch {
+		up = router.NewUpstreamBatch(len(frame), len(msgs))
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		resp := c.admit(e, cl, frame, m, b, up, now)
+		if m.HasID() || m.Invalid != nil {
+			expect = true
+		}
+		switch {
+		case resp == nil:
+		case b == nil:
+			e.deliver(cl, Delivery{Msg: resp})
+		default:
+			answers = append(answers, resp)
+		}
+	}
+	if up != nil && up.Len() > 0 && c.gen != 0 {
+		// The forwarded elements go as one array (or several, past
+		// UpstreamMaxBatch): the node runs them in order.
+		c.send(e, up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+	}
+	for _, a := range answers {
+		if b.Add(a) {
+			// Completed by muxd's own answers: the batch's
+			// subscriptions start receiving pushes now.
+			c.batchDone(e, cl, b)
+		}
+	}
+	c.finish(e)
+	return expect
+}
+
+// admit decides what happens to one message. It returns muxd's own answer
+// when there is one now, or nil when the message went (or will go)
+// upstream. up collects the forwarded elements of a client batch (nil for
+// a single message).
+func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b *router.Batch, up *router.UpstreamBatch, now time.Time) []byte {
+	var id []byte
+	if m.HasID() {
+		id = m.ID.In(frame)
+	}
+	if m.Invalid != nil {
+		reason := strings.TrimPrefix(m.Invalid.Error(), router.ErrInvalid.Error()+": ")
+		return c.errorBytes(id, router.ErrorInvalidRequest.Because(reason))
+	}
+	method := methodName(frame, m)
+	if c.policy.denied(method) {
+		if !m.HasID() {
+			return nil
+		}
+		return c.errorBytes(id, router.ErrorMethodDenied)
+	}
+	elem, idSpan := router.Element(frame, m)
+	if !m.HasID() {
+		c.notification(e, elem, method, up)
+		return nil
+	}
+	c.obs.Request(method)
+	if cl.inflight >= c.cfg.MaxInFlight {
+		c.obs.Limit("in_flight")
+		return c.errorBytes(id, router.ErrorLimit.Because("too many requests in flight"))
+	}
+	// What a request costs to hold is its upstream frame (the element
+	// with a longer id, and the client's id after it). A client holding
+	// nothing may always send one request, whatever its size: the
+	// message limit bounds that.
+	if size := len(elem) + len(id) + 20; cl.held > 0 && cl.held+size > c.cfg.MaxHeldBytes {
+		c.obs.Limit("held_bytes")
+		return c.errorBytes(id, router.ErrorLimit.Because("too many request bytes in flight"))
+	}
+	p := router.Pending{
+		Client:   cl.id,
+		ID:       id,
+		Method:   method,
+		Sent:     now,
+		Deadline: now.Add(c.cfg.RequestTimeout),
+		Batch:    b,
+	}
+	// p outlives frame, whose buffer the reader reuses: it keeps a copy
+	// of the client's id.
+	switch method {
+	case methodSubscribe:
+		p.ID = bytes.Clone(id)
+		return c.subscribe(e, cl, frame, m, p)
+	case methodUnsubscribe:
+		p.ID = bytes.Clone(id)
+		return c.unsubscribe(e, cl, frame, m, p)
+	}
+	uid := c.reqs.Next()
+	var idBuf [20]byte
+	if up != nil {
+		// Laid out in the batch's array as it is built.
+		buf := router.AppendSpliced(up.Room(), elem, idSpan, router.AppendUpstreamID(idBuf[:0], uid))
+		p.Frame, p.ID, p.Up = buf[:len(buf):len(buf)], up.KeepID(id), up
+	} else {
+		// One allocation holds the upstream frame and, after it, the
+		// copy of the client's id.
+		buf := router.AppendSpliced(make([]byte, 0, len(elem)+20+len(id)), elem, idSpan, router.AppendUpstreamID(idBuf[:0], uid))
+		n := len(buf)
+		buf = append(buf, id...)
+		p.Frame, p.ID = buf[:n:n], buf[n:]
+	}
+	if !c.enqueue(e, cl, uid, p, now) {
+		c.obs.Limit("waiting")
+		return c.errorBytes(id, router.ErrorUnavailable.Because("too many requests waiting for the upstream"))
+	}
+	return nil
+}
+
+// notification forwards a client notification: fire and forget, no pending
+// entry, no answer. eth_subscribe and eth_unsubscribe are not forwarded as
+// notifications: the first would leave an upstream subscription nobody
+// holds, the second could cancel one that others share.
+func (c *Core) notification(e *Effects, elem []byte, method string, up *router.UpstreamBatch) {
+	switch {
+	case method == methodSubscribe || method == methodUnsubscribe:
+		c.obs.Dropped(DropSubscribeNotification)
+	case c.gen == 0:
+		c.obs.Dropped(DropNoUpstream)
+	case up != nil:
+		up.AddNotification(append(up.Room(), elem...))
+	default:
+		c.send(e, bytes.Clone(elem))
+	}
+}
+
+// enqueue records p as in flight on the current connection, or holds it
+// until an upstream is connected. It reports false when the waiting queue
+// is full. A request of a client batch (p.Up set) joins its upstream array,
+// which the caller sends once the whole batch is admitted.
+func (c *Core) enqueue(e *Effects, cl *client, uid uint64, p router.Pending, now time.Time) bool {
+	if c.gen == 0 {
+		if c.waiting.full(c.cfg.MaxWaiting) {
+			return false
+		}
+		c.waiting.add(waitingRequest{uid, p, now.Add(c.cfg.UpstreamWait)})
+		if cl != nil {
+			cl.waiting++
+		}
+	} else {
+		c.reqs.Add(uid, p)
+		if p.Up == nil {
+			c.send(e, p.Frame)
+		}
+	}
+	if p.Up != nil {
+		p.Up.AddCall(uid, p.Frame)
+	}
+	c.started(cl, len(p.Frame))
+	return true
+}
+
+// errorBytes builds one of muxd's own error responses and counts it.
+func (c *Core) errorBytes(id []byte, err router.RPCError) []byte {
+	c.obs.Answered(err.Code, -1)
+	return router.ErrorResponse(id, err)
+}
+
+// reply sends muxd's own error for a whole frame.
+func (c *Core) reply(e *Effects, cl *client, id []byte, err router.RPCError) {
+	e.deliver(cl, Delivery{Msg: c.errorBytes(id, err)})
+}
+
+// answer hands the answer to a pending request to its client, through its
+// batch when it belongs to one. code is the JSON-RPC error code of the
+// answer, 0 for a result. d is the answer as a delivery; an answer that is
+// part of a batch must be owned bytes (d.Msg, no splice).
+func (c *Core) answer(e *Effects, cl *client, p *router.Pending, d Delivery, code int, now time.Time) {
+	c.answered(p, code, now)
+	if p.Batch != nil {
+		if p.Batch.Add(d.Msg) {
+			c.batchDone(e, cl, p.Batch)
+		}
+		return
+	}
+	e.deliver(cl, d)
+}
+
+// answered counts p's answer, with error code code, and its latency.
+func (c *Core) answered(p *router.Pending, code int, now time.Time) {
+	lat := time.Duration(-1)
+	if !p.Sent.IsZero() {
+		lat = now.Sub(p.Sent)
+	}
+	c.obs.Answered(code, lat)
+}
+
+// batchDone sends a completed batch's array, and lets the subscriptions it
+// created receive pushes from then on.
+func (c *Core) batchDone(e *Effects, cl *client, b *router.Batch) {
+	e.deliver(cl, Delivery{Msg: b.Encode()})
+	for _, subID := range b.Subs {
+		if m := cl.subs[subID]; m != nil {
+			c.activate(e, m)
+		}
+	}
+}
+
+// Refuse is the event of a frame the shell refused before scanning it (one
+// over the message size limit): the client gets err, with a null id.
+func (c *Core) Refuse(e *Effects, id router.ClientID, err router.RPCError) {
+	e.Reset()
+	if cl := c.clients[id]; cl != nil {
+		c.reply(e, cl, nil, err)
+	}
+}

@@ -1,0 +1,149 @@
+package core
+
+import (
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// errNoUpstream answers a request that waited UpstreamWait for an upstream.
+var errNoUpstream = router.ErrorUnavailable.Because("no upstream connected")
+
+// Tick is the event of time passing: every request whose deadline is not
+// after now gets -32002 "request timed out", whether it is in flight
+// upstream, waiting for an upstream, or a subscription waiting for the
+// node's answer; a request that waited UpstreamWait for an upstream gets
+// -32002 "no upstream connected". An answer that comes later finds nothing
+// and is dropped. The gap machine's timers run too.
+func (c *Core) Tick(e *Effects, now time.Time) {
+	e.Reset()
+	defer c.finish(e)
+	var expired, gaveUp []router.Pending
+	c.reqs.Expire(now, func(id uint64, p router.Pending) {
+		c.settled(&p)
+		if p.Kind == router.KindBackfill {
+			// The gap machine times it out itself (Tick below).
+			delete(c.gapReqs, id)
+			return
+		}
+		if p.Up != nil && p.Up.Settle(id) {
+			c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		}
+		expired = append(expired, p)
+	})
+	c.waiting.filter(c.alive, func(w *waitingRequest) bool {
+		timedOut := !w.p.Deadline.IsZero() && !w.p.Deadline.After(now)
+		if !timedOut && (w.giveUp.IsZero() || w.giveUp.After(now)) {
+			return true
+		}
+		if cl := c.clients[w.p.Client]; cl != nil {
+			cl.waiting--
+		}
+		c.settled(&w.p)
+		if w.p.Up != nil {
+			w.p.Up.Settle(w.id) // not sent yet: its array will leave it out
+		}
+		switch {
+		case w.p.Kind != router.KindCall:
+		case timedOut:
+			expired = append(expired, w.p)
+		default:
+			gaveUp = append(gaveUp, w.p)
+		}
+		return false
+	})
+	for _, mem := range c.subs.expireWaiters(now, nil) {
+		delete(mem.cl.subs, mem.id)
+		c.ended(mem.cl, 0)
+		expired = append(expired, *mem.req)
+	}
+	if len(expired) > 0 {
+		c.subGauges()
+	}
+	c.answerAll(e, expired, router.ErrorTimeout, now)
+	c.answerAll(e, gaveUp, errNoUpstream, now)
+	c.applyGap(e, c.gap.Tick(now), nil, now)
+}
+
+// answerAll answers every request of ps with err.
+func (c *Core) answerAll(e *Effects, ps []router.Pending, err router.RPCError, now time.Time) {
+	for i := range ps {
+		p := &ps[i]
+		if cl := c.clients[p.Client]; cl != nil && p.Client != router.Internal {
+			c.answer(e, cl, p, Delivery{Msg: router.ErrorResponse(p.ID, err)}, err.Code, now)
+		}
+	}
+}
+
+// alive reports whether requests of client id still count: its session is
+// open, or they are muxd's own.
+func (c *Core) alive(id router.ClientID) bool {
+	return id == router.Internal || c.clients[id] != nil
+}
+
+// ClientGone is the event of a session ending. Its requests are forgotten
+// (answers that still come for them match nothing and are dropped), its
+// waiting requests are left to be skipped, and its subscriptions are
+// released, unsubscribing upstream those it held last.
+func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
+	e.Reset()
+	defer c.finish(e)
+	cl := c.clients[id]
+	if cl == nil {
+		return
+	}
+	delete(c.clients, id)
+	c.reqs.DropClient(id, nil)
+	c.waiting.forget(cl.waiting, c.alive)
+	c.obs.InFlight(-cl.inflight)
+	c.owing -= cl.inflight
+	cl.inflight, cl.held, cl.waiting = 0, 0, 0
+	for subID := range cl.subs {
+		c.detach(e, cl, subID, now)
+	}
+}
+
+// BeginShutdown stops Join from taking new sessions; from now on Effects
+// report Idle once nothing is owed. It reports whether that is already so.
+func (c *Core) BeginShutdown() (idle bool) {
+	c.closing = true
+	return c.owing == 0 && c.waiting.live == 0
+}
+
+// Shutdown answers every request still owed an answer (in flight, waiting
+// for an upstream, or waiting on a subscription) with err, and returns how
+// many; used when the server stops.
+func (c *Core) Shutdown(e *Effects, err router.RPCError, now time.Time) int {
+	e.Reset()
+	defer c.finish(e)
+	var done []router.Pending
+	c.reqs.Discard(func(_ uint64, p router.Pending) {
+		c.settled(&p)
+		done = append(done, p)
+	})
+	for _, w := range c.waiting.take() {
+		if !c.alive(w.p.Client) {
+			continue
+		}
+		if cl := c.clients[w.p.Client]; cl != nil {
+			cl.waiting--
+		}
+		c.settled(&w.p)
+		done = append(done, w.p)
+	}
+	for _, mem := range c.subs.expireWaiters(time.Unix(1<<40, 0), nil) { // every waiter
+		delete(mem.cl.subs, mem.id)
+		c.ended(mem.cl, 0)
+		done = append(done, *mem.req)
+	}
+	c.subGauges()
+	n := 0
+	for i := range done {
+		p := &done[i]
+		if cl := c.clients[p.Client]; cl != nil && p.Client != router.Internal {
+			c.answer(e, cl, p, Delivery{Msg: router.ErrorResponse(p.ID, err)}, err.Code, now)
+			n++
+		}
+	}
+	return n
+}

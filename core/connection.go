@@ -1,0 +1,101 @@
+package core
+
+import (
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// UpstreamConnected is the event of connection gen (never 0, each new one
+// larger than the last) becoming the current one. Subscriptions are sent
+// first, so that a burst of waiting requests does not keep the node from
+// hearing the resubscribes before the next drop; then what waited.
+func (c *Core) UpstreamConnected(e *Effects, gen uint64, now time.Time) {
+	e.Reset()
+	c.gen = gen
+	c.resubscribe(e, now)
+	resubscribed := len(e.Upstream)
+	waiting := c.waiting.take()
+	sent := 0
+	for _, w := range waiting {
+		if w.p.Client != router.Internal && c.clients[w.p.Client] == nil {
+			continue // its client left
+		}
+		if cl := c.clients[w.p.Client]; cl != nil {
+			cl.waiting--
+		}
+		c.reqs.Add(w.id, w.p)
+		sent++
+		switch {
+		case w.p.Up == nil:
+			c.send(e, w.p.Frame)
+		case !w.p.Up.Started():
+			// A batch's requests wait together, in order: its array
+			// goes where its first request stood.
+			c.send(e, w.p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		}
+	}
+	e.Gen = gen
+	e.info("upstream session started", "gen", gen, "sent_waiting", sent, "resubscribed", resubscribed)
+}
+
+// UpstreamLost is the event of connection gen failing. Its pending table
+// is discarded whole: nothing that was in flight on it can be delivered
+// afterwards. Requests on the retry list (and those of a batch's later
+// array, which the node never saw) go back to the waiting queue under their
+// upstream id while their deadline allows; every other request fails at
+// once with -32002 "connection lost", because it may or may not have been
+// executed. A connection that is not the current one changes nothing.
+func (c *Core) UpstreamLost(e *Effects, gen uint64, now time.Time) {
+	e.Reset()
+	defer c.finish(e)
+	if gen != c.gen {
+		return
+	}
+	c.gen = 0
+	var failed []router.Pending
+	retried := 0
+	// A batch's retried requests go again as one array, in order, under
+	// their upstream ids; Discard hands them over in id order.
+	regrouped := map[*router.UpstreamBatch]*router.UpstreamBatch{}
+	c.reqs.Discard(func(id uint64, p router.Pending) {
+		if p.Kind != router.KindCall {
+			c.settled(&p)
+			return // subscriptions are redone on the next connection
+		}
+		// A request of a batch's later array was never sent: the node
+		// cannot have run it, so it is sent again whatever its method.
+		unsent := p.Up != nil && !p.Up.Sent(id)
+		if (unsent || c.policy.retryable(p.Method)) && now.Before(p.Deadline) && !c.waiting.full(c.cfg.MaxWaiting) {
+			if p.Up != nil {
+				ng := regrouped[p.Up]
+				if ng == nil {
+					ng = new(router.UpstreamBatch)
+					regrouped[p.Up] = ng
+				}
+				ng.AddCall(id, p.Frame)
+				p.Up = ng
+			}
+			c.waiting.add(waitingRequest{id, p, now.Add(c.cfg.UpstreamWait)})
+			if cl := c.clients[p.Client]; cl != nil {
+				cl.waiting++
+			}
+			retried++
+			return
+		}
+		failed = append(failed, p)
+	})
+	lost := router.ErrorUnavailable.Because("connection lost")
+	for i := range failed {
+		p := &failed[i]
+		if cl := c.settled(p); cl != nil {
+			c.answer(e, cl, p, Delivery{Msg: router.ErrorResponse(p.ID, lost)}, lost.Code, now)
+		}
+	}
+	c.subs.lost()
+	c.subGauges()
+	c.gap.Disconnected()
+	clear(c.gapReqs)
+	c.obs.Retried(retried)
+	e.note("upstream lost", "gen", gen, "retrying", retried, "failed", len(failed))
+}

@@ -1,0 +1,232 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/muxd/muxd/gapfill"
+	"github.com/muxd/muxd/router"
+)
+
+// ErrTooManyClients is returned by Join when MaxClients sessions are open.
+var ErrTooManyClients = errors.New("too many clients")
+
+// ErrClosed is returned by Join once Shutdown began.
+var ErrClosed = errors.New("server shutting down")
+
+// Config holds the rules' parameters. Every field must be set (package mux
+// fills in its defaults) except Observer and NewSubscriptionID.
+type Config struct {
+	RequestTimeout   time.Duration // a request's deadline, from its arrival
+	UpstreamWait     time.Duration // how long a request waits for an upstream
+	UpstreamMaxBatch int           // elements in one upstream array
+	MaxBatch         int           // elements in one client batch
+	MaxInFlight      int           // one client's requests in flight
+	MaxHeldBytes     int           // one client's request bytes held
+	MaxSubscriptions int           // one client's subscriptions
+	MaxClients       int           // sessions
+	MaxWaiting       int           // requests waiting for an upstream
+	// HeldPushBytes bounds the pushes held for one subscription whose
+	// answer has not gone out yet (the client's outbound queue bound).
+	HeldPushBytes int
+	DenyMethods   []string // patterns (see CheckDenyPattern)
+	RetryMethods  []string
+	// BackfillBlocks is package gapfill's Blocks; <= 0: off.
+	BackfillBlocks int
+	// NewSubscriptionID returns a fresh client subscription id, a JSON
+	// string (quotes included). Subscription ids are the one input the
+	// core cannot derive from its events: the shell draws them at random.
+	NewSubscriptionID func() string
+	Observer          Observer // nil: nothing is counted
+}
+
+// Core is muxd's routing state and rules (see the package doc). It is not
+// safe for concurrent use: the shell makes one call at a time.
+type Core struct {
+	cfg    Config
+	obs    Observer
+	policy policy
+
+	// reqs is the pending table of the current upstream connection;
+	// upstream ids come from its counter, which survives Discard.
+	reqs    *router.Requests
+	gen     uint64 // the current upstream connection; 0: none
+	waiting waitQueue
+	subs    *subTable
+	clients map[router.ClientID]*client
+	lastID  router.ClientID
+	owing   int // requests in flight or waiting for clients (not muxd's own)
+	closing bool
+
+	// gap makes subscriptions gap-free; gapReqs maps the upstream id of
+	// each of its requests in flight to the machine's id.
+	gap        *gapfill.Machine
+	gapReqs    map[uint64]uint64
+	gapTimeout time.Duration
+
+	// Scratch reused from one event to the next.
+	uids []uint64
+}
+
+// client is the core's part of a session.
+type client struct {
+	id       router.ClientID
+	http     bool // HTTP: one answer per exchange, no subscriptions
+	inflight int  // requests in flight, waiting, or subscribe waiters
+	held     int  // bytes of the upstream frames of its requests held
+	waiting  int  // of those, entries in the waiting queue
+	seq      uint64
+	subs     map[string]*member // its subscriptions by client subscription id
+}
+
+// New returns a core with no clients and no upstream connection.
+func New(cfg Config) (*Core, error) {
+	pol, err := newPolicy(cfg.DenyMethods, cfg.RetryMethods)
+	if err != nil {
+		return nil, fmt.Errorf("core: %w", err)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.NewSubscriptionID == nil {
+		return nil, errors.New("core: no NewSubscriptionID")
+	}
+	gapTimeout := min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout)
+	return &Core{
+		cfg:        cfg,
+		obs:        cfg.Observer,
+		policy:     pol,
+		reqs:       router.NewRequests(),
+		subs:       newSubTable(),
+		clients:    make(map[router.ClientID]*client),
+		gap:        gapfill.New(gapfill.Config{Blocks: cfg.BackfillBlocks, RequestTimeout: gapTimeout, JobTimeout: 6 * gapTimeout}),
+		gapReqs:    make(map[uint64]uint64),
+		gapTimeout: gapTimeout,
+	}, nil
+}
+
+// Join registers a session and returns its id. http says the session is
+// one HTTP exchange: it gets one answer and cannot subscribe.
+func (c *Core) Join(http bool) (router.ClientID, error) {
+	if c.closing {
+		return 0, ErrClosed
+	}
+	if len(c.clients) >= c.cfg.MaxClients {
+		c.obs.Limit("clients")
+		return 0, ErrTooManyClients
+	}
+	c.lastID++
+	c.clients[c.lastID] = &client{id: c.lastID, http: http}
+	return c.lastID, nil
+}
+
+// Owed reports what the core owes client id: requests not yet answered,
+// and how many deliveries it has produced for it (the Seq of the last).
+// A session may close once nothing is owed and every delivery up to seq
+// has been written.
+func (c *Core) Owed(id router.ClientID) (inflight int, seq uint64) {
+	if cl := c.clients[id]; cl != nil {
+		return cl.inflight, cl.seq
+	}
+	return 0, 0
+}
+
+// Held is the bytes of client id's requests the core holds.
+func (c *Core) Held(id router.ClientID) int {
+	if cl := c.clients[id]; cl != nil {
+		return cl.held
+	}
+	return 0
+}
+
+// Connected reports whether an upstream connection is current.
+func (c *Core) Connected() bool { return c.gen != 0 }
+
+// deliver adds a message for cl, numbered in its sequence.
+func (e *Effects) deliver(cl *client, d Delivery) {
+	cl.seq++
+	d.Client, d.Seq = cl.id, cl.seq
+	e.Deliveries = append(e.Deliveries, d)
+}
+
+// send adds frames to write on the current connection.
+func (c *Core) send(e *Effects, frames ...[]byte) {
+	if c.gen == 0 || len(frames) == 0 {
+		return
+	}
+	e.Gen = c.gen
+	e.Upstream = append(e.Upstream, frames...)
+}
+
+// started counts one more request in flight, for cl (nil for muxd's own),
+// holding held bytes of it. Its end is counted by ended with the same held.
+func (c *Core) started(cl *client, held int) {
+	if cl != nil {
+		cl.inflight++
+		cl.held += held
+		c.owing++
+	}
+	c.obs.InFlight(1)
+}
+
+// ended counts one request of cl (nil for muxd's own), which held held
+// bytes, as no longer in flight.
+func (c *Core) ended(cl *client, held int) {
+	if cl != nil {
+		cl.inflight--
+		cl.held -= held
+		c.owing--
+	}
+	c.obs.InFlight(-1)
+}
+
+// settled accounts for p leaving the pending table or the waiting queue for
+// good, and returns its client (nil if gone or muxd's own).
+func (c *Core) settled(p *router.Pending) *client {
+	cl := c.clients[p.Client]
+	if p.Client == router.Internal {
+		cl = nil
+	}
+	c.ended(cl, len(p.Frame))
+	return cl
+}
+
+// finish marks e Idle when shutting down and nothing is owed.
+func (c *Core) finish(e *Effects) {
+	if c.closing && c.owing == 0 && c.waiting.live == 0 {
+		e.Idle = true
+	}
+}
+
+// Stats is a snapshot of the core's tables, for status output and tests.
+type Stats struct {
+	Clients          int // sessions
+	Pending          int // requests in flight on the current connection, muxd's own included
+	Waiting          int // requests waiting for an upstream, muxd's own included
+	Backfill         int // backfill requests in flight
+	InFlight         int // client requests owed an answer, subscribe waiters included
+	HeldBytes        int // bytes of client requests held
+	SubscribeWaiters int // client eth_subscribe awaiting the node's answer
+	UpstreamSubs     int // live upstream subscriptions
+	ClientSubs       int // client subscriptions
+}
+
+// Stats returns a snapshot of the tables. It walks the clients.
+func (c *Core) Stats() Stats {
+	s := Stats{
+		Clients:  len(c.clients),
+		Pending:  c.reqs.Len(),
+		Waiting:  c.waiting.live,
+		Backfill: len(c.gapReqs),
+	}
+	for _, cl := range c.clients {
+		s.InFlight += cl.inflight
+		s.HeldBytes += cl.held
+	}
+	for sh := range c.subs.waiting {
+		s.SubscribeWaiters += sh.waiters
+	}
+	s.UpstreamSubs, s.ClientSubs = c.subs.counts()
+	return s
+}

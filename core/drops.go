@@ -1,0 +1,54 @@
+package core
+
+import "strconv"
+
+// DropReason says why muxd dropped a message instead of delivering it.
+// Each reason has its own series of muxd_dropped_total.
+type DropReason uint8
+
+const (
+	DropUnknownID             DropReason = iota // response id matches no pending request (late, duplicate, foreign)
+	DropNullID                                  // response with id null: a protocol error from the node
+	DropUnknownSubscription                     // push for a subscription nobody holds
+	DropMalformed                               // upstream frame that is not valid JSON
+	DropUnexpected                              // upstream message that is neither a response nor a push
+	DropNoUpstream                              // client notification while no upstream is connected
+	DropSubscribeNotification                   // client eth_subscribe/eth_unsubscribe sent without an id
+	NumDropReasons
+)
+
+func (r DropReason) String() string {
+	switch r {
+	case DropUnknownID:
+		return "unknown_id"
+	case DropNullID:
+		return "null_id"
+	case DropUnknownSubscription:
+		return "unknown_subscription"
+	case DropMalformed:
+		return "malformed"
+	case DropUnexpected:
+		return "unexpected"
+	case DropNoUpstream:
+		return "no_upstream"
+	case DropSubscribeNotification:
+		return "subscribe_notification"
+	}
+	return "reason_" + strconv.Itoa(int(r))
+}
+
+// drop counts a dropped message and notes it for the log.
+func (c *Core) drop(e *Effects, r DropReason, msg string, args ...any) {
+	c.obs.Dropped(r)
+	e.Notes = append(e.Notes, Note{Drop: true, Reason: r, Msg: msg, Args: args})
+}
+
+// note adds a warning for the log.
+func (e *Effects) note(msg string, args ...any) {
+	e.Notes = append(e.Notes, Note{Msg: msg, Args: args})
+}
+
+// info adds an informational line for the log.
+func (e *Effects) info(msg string, args ...any) {
+	e.Notes = append(e.Notes, Note{Info: true, Msg: msg, Args: args})
+}

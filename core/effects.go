@@ -1,0 +1,116 @@
+package core
+
+import (
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// Effects is what the shell must do after one event, like the Ready of
+// etcd-io/raft: the core has already changed its state as if they were
+// done. The caller owns the Effects it passes to an event; the core resets
+// it and fills it in, and the shell applies it, in this order:
+//
+//  1. Deliveries: queue each message for its client. Each carries the
+//     client's sequence number, so that deliveries of different events,
+//     applied by different goroutines, still reach a client in the order
+//     the core produced them.
+//  2. Slow: disconnect these clients as slow consumers.
+//  3. Upstream: write these frames, in order, on connection Gen (when it
+//     is still the current one).
+//  4. Notes: log them (drops at most once a second per reason).
+//
+// The slices are reused by the next event given the same Effects: a shell
+// must be done with them by then.
+type Effects struct {
+	Deliveries []Delivery
+	Slow       []router.ClientID
+	Gen        uint64   // the connection Upstream is for
+	Upstream   [][]byte // frames to write upstream, in order
+	Notes      []Note
+	// Idle is set when the core is shutting down and, after this event,
+	// owes no client an answer.
+	Idle bool
+}
+
+// Reset empties e for the next event, keeping its memory.
+func (e *Effects) Reset() {
+	clear(e.Deliveries)
+	e.Deliveries = e.Deliveries[:0]
+	e.Slow = e.Slow[:0]
+	e.Gen = 0
+	clear(e.Upstream)
+	e.Upstream = e.Upstream[:0]
+	clear(e.Notes)
+	e.Notes = e.Notes[:0]
+	e.Idle = false
+}
+
+// Delivery is one message for a client.
+//
+// When ID is nil the message is Msg. Otherwise it is Msg with the bytes at
+// At replaced by ID (the client's own id, or its subscription id for a
+// push): the shell, or the client's writer, makes that splice, outside any
+// lock. A push fanned out to many subscribers is one Msg shared by all of
+// their deliveries, each with its own ID.
+//
+// Borrowed says Msg lies in the frame the event was given (the upstream
+// reader's buffer), at offset Off: the shell must copy it, or take the
+// buffer with it, before that buffer is used again. Shared says Msg is one
+// push shared by several deliveries of the event, each with its own ID: a
+// shell copies a borrowed one once for all of them. Lendable says this
+// delivery is the only one that borrows from the frame, so the shell may
+// hand the client the whole buffer instead of a copy.
+type Delivery struct {
+	Client   router.ClientID
+	Seq      uint64 // the client's deliveries, counted from 1
+	Msg      []byte
+	At       router.Span
+	ID       []byte
+	Borrowed bool
+	Shared   bool
+	Lendable bool
+	Off      int
+}
+
+// Note is a line for the log: Msg with slog-style key/value Args, at level
+// Info when Info is set and Warn otherwise. Drop is set for a dropped
+// message, of reason Reason (the shell limits how often those are logged).
+type Note struct {
+	Info   bool
+	Drop   bool
+	Reason DropReason
+	Msg    string
+	Args   []any
+}
+
+// Observer counts what the core does: the shell's metrics. The core calls
+// it synchronously during an event; it must not block or call the core.
+type Observer interface {
+	Request(method string)                    // a client request with an id, by method
+	Answered(code int, latency time.Duration) // an answer queued for a client (code 0: a result); latency < 0: muxd's own answer
+	Limit(name string)                        // a request refused by a limit
+	Dropped(r DropReason)                     // an upstream (or client notification) message dropped
+	InFlight(delta int)                       // requests in flight or waiting, muxd's own included
+	Retried(n int)                            // requests carried to the next connection
+	Subscriptions(upstream, clients int)      // live upstream subscriptions and client subscriptions
+	Pushed(n int)                             // pushes queued for clients
+	Backfilled(kind string, n int)            // pushes delivered by a backfill, by subscription kind
+	BackfillGap(kind, reason string)          // a gap not closed
+	BackfillDuration(d time.Duration)         // one backfill job, from gap found to delivered
+}
+
+// nopObserver counts nothing.
+type nopObserver struct{}
+
+func (nopObserver) Request(string)                 {}
+func (nopObserver) Answered(int, time.Duration)    {}
+func (nopObserver) Limit(string)                   {}
+func (nopObserver) Dropped(DropReason)             {}
+func (nopObserver) InFlight(int)                   {}
+func (nopObserver) Retried(int)                    {}
+func (nopObserver) Subscriptions(int, int)         {}
+func (nopObserver) Pushed(int)                     {}
+func (nopObserver) Backfilled(string, int)         {}
+func (nopObserver) BackfillGap(string, string)     {}
+func (nopObserver) BackfillDuration(time.Duration) {}

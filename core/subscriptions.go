@@ -1,0 +1,276 @@
+package core
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// This file is the second routing layer. A client's eth_subscribe is
+// answered with a subscription id of muxd's own; identical subscriptions
+// (same canonical params) share one upstream subscription (subtable.go);
+// pushes are routed by params.subscription and go to each holder under its
+// own id.
+
+var invalidParams = router.RPCError{Code: -32602, Message: "invalid params", Reason: "eth_subscribe params must be an array starting with the subscription name"}
+
+// subscribe handles a client's eth_subscribe.
+func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message, p router.Pending) []byte {
+	if cl.http {
+		return c.errorBytes(p.ID, router.ErrorNoNotifications)
+	}
+	if !m.Params.Present() {
+		return c.errorBytes(p.ID, invalidParams)
+	}
+	params := m.Params.In(frame)
+	key, err := router.SubscriptionKey(params)
+	if err != nil {
+		return c.errorBytes(p.ID, invalidParams)
+	}
+	if len(cl.subs) >= c.cfg.MaxSubscriptions {
+		c.obs.Limit("subscriptions")
+		return c.errorBytes(p.ID, router.ErrorLimit.Because("too many subscriptions"))
+	}
+	subID := c.cfg.NewSubscriptionID()
+	mem := c.subs.attach(key, append([]byte(nil), params...), cl, subID)
+	if cl.subs == nil {
+		cl.subs = make(map[string]*member)
+	}
+	cl.subs[subID] = mem
+	c.subGauges()
+	switch mem.sh.state {
+	case keyLive:
+		c.answerSubscribe(e, cl, &p, mem, p.Sent)
+		return nil
+	case keySubscribing, keyResubscribing:
+		c.wait(cl, mem, p)
+		return nil
+	}
+	// idle or failed
+	c.wait(cl, mem, p)
+	if c.gen != 0 {
+		c.subscribeUpstream(e, mem.sh, p.Sent)
+	}
+	// With no upstream, the key is subscribed as soon as one is up
+	// (resubscribe); the client waits until then or its deadline.
+	return nil
+}
+
+// wait records a client eth_subscribe that waits for the node's answer. It
+// counts as in flight for its client like any request, so limits, Shutdown
+// and the IPC close after a parse error wait for its answer.
+func (c *Core) wait(cl *client, mem *member, p router.Pending) {
+	c.subs.wait(mem, p)
+	c.started(cl, 0)
+}
+
+// subscribeUpstream sends eth_subscribe for sh on the current connection,
+// as muxd's own request.
+func (c *Core) subscribeUpstream(e *Effects, sh *shared, now time.Time) {
+	c.subs.subscribing(sh, c.internalRequest(e, router.KindSubscribe, methodSubscribe, sh.params, sh.key, now))
+}
+
+// unsubscribeUpstream sends eth_unsubscribe for the node's id.
+func (c *Core) unsubscribeUpstream(e *Effects, upstreamID string, now time.Time) {
+	if c.gen == 0 {
+		return // the subscription died with the connection
+	}
+	params := append(append([]byte{'['}, upstreamID...), ']')
+	c.internalRequest(e, router.KindUnsubscribe, methodUnsubscribe, params, "", now)
+}
+
+// internalRequest sends a request muxd makes on its own behalf and returns
+// its upstream id. It has no deadline: for eth_subscribe the clients
+// waiting on it time out on their own (expireWaiters), but muxd keeps
+// waiting for the node's answer, so that a late answer still makes the key
+// live (or is unsubscribed) instead of leaving an upstream subscription
+// nobody knows about.
+func (c *Core) internalRequest(e *Effects, kind router.Kind, method string, params []byte, key string, now time.Time) uint64 {
+	uid := c.reqs.Next()
+	c.enqueue(e, nil, uid, router.Pending{
+		Client: router.Internal,
+		Method: method,
+		Sent:   now,
+		Frame:  router.AppendRequest(nil, uid, method, params),
+		Kind:   kind,
+		Key:    key,
+	}, now)
+	return uid
+}
+
+// subscribeAnswered handles the node's answer m to muxd's eth_subscribe
+// uid for p.Key.
+func (c *Core) subscribeAnswered(e *Effects, frame []byte, m *router.Message, uid uint64, p *router.Pending, now time.Time) {
+	if m.Result.Present() && frame[m.Result.Off] == '"' {
+		upID := string(m.Result.In(frame))
+		sh := c.subs.subscribed(p.Key, uid, upID)
+		if sh == nil {
+			// Everyone left while it was being set up, or the key is
+			// live already under another upstream id.
+			c.unsubscribeUpstream(e, upID, now)
+			return
+		}
+		for i := 0; i < len(sh.members); i++ {
+			mem := sh.members[i]
+			if req := c.subs.answered(mem); req != nil {
+				c.answerSubscribe(e, mem.cl, req, mem, now)
+				c.ended(mem.cl, 0) // a waiter holds no upstream frame of its own
+			}
+		}
+		c.subGauges()
+		c.applyGap(e, c.gap.Live(p.Key, now), nil, now)
+		return
+	}
+	// An error (or a result that is no subscription id): each waiter gets
+	// the node's answer as it came, under its own id.
+	waiters := c.subs.failed(p.Key, uid)
+	e.note("upstream refused a subscription", "key", p.Key, "waiters", len(waiters))
+	elem := frame[m.Start:m.End]
+	code := responseCode(frame, m)
+	for _, mem := range waiters {
+		delete(mem.cl.subs, mem.id)
+		resp := router.AppendSpliced(nil, elem, rebase(m.ID, m.Start), mem.req.ID)
+		c.answer(e, mem.cl, mem.req, Delivery{Msg: resp}, code, now)
+		c.ended(mem.cl, 0)
+	}
+	c.subGauges()
+}
+
+// answerSubscribe sends a client its subscription id and lets pushes reach
+// it from then on; in a batch, from when the array is sent.
+func (c *Core) answerSubscribe(e *Effects, cl *client, p *router.Pending, mem *member, now time.Time) {
+	resp := router.AppendResultResponse(nil, p.ID, []byte(mem.id))
+	if p.Batch != nil {
+		p.Batch.Subs = append(p.Batch.Subs, mem.id)
+	}
+	c.answer(e, cl, p, Delivery{Msg: resp}, 0, now)
+	if p.Batch == nil {
+		c.activate(e, mem)
+	}
+}
+
+// activate lets pushes reach mem from now on, once its answer is queued;
+// pushes held for it until now go first.
+func (c *Core) activate(e *Effects, mem *member) {
+	held := c.subs.ready(mem)
+	for _, msg := range held {
+		e.deliver(mem.cl, Delivery{Msg: msg})
+	}
+	c.obs.Pushed(len(held))
+}
+
+func rebase(sp router.Span, start int) router.Span {
+	sp.Off -= start
+	return sp
+}
+
+// unsubscribe handles a client's eth_unsubscribe: only its own
+// subscriptions, and the upstream one only with its key's last member.
+func (c *Core) unsubscribe(e *Effects, cl *client, frame []byte, m *router.Message, p router.Pending) []byte {
+	if cl.http {
+		return c.errorBytes(p.ID, router.ErrorNoNotifications)
+	}
+	var args []string
+	if !m.Params.Present() || json.Unmarshal(m.Params.In(frame), &args) != nil || len(args) != 1 {
+		return c.errorBytes(p.ID, router.RPCError{Code: -32602, Message: "invalid params", Reason: "eth_unsubscribe takes one subscription id"})
+	}
+	// muxd's ids are lowercase hex; a client that upper-cased one still
+	// means it.
+	subID, _ := json.Marshal(strings.ToLower(args[0]))
+	result := "false"
+	if _, ok := cl.subs[string(subID)]; ok {
+		c.detach(e, cl, string(subID), p.Sent)
+		result = "true"
+	}
+	c.obs.Answered(0, -1)
+	return router.AppendResultResponse(nil, p.ID, []byte(result))
+}
+
+// detach removes one of cl's subscriptions, unsubscribing upstream when it
+// was the key's last.
+func (c *Core) detach(e *Effects, cl *client, subID string, now time.Time) {
+	delete(cl.subs, subID)
+	mem, last, unsub := c.subs.detach(subID)
+	if mem != nil && last {
+		c.gap.Forget(mem.sh.key)
+	}
+	if unsub != "" {
+		c.unsubscribeUpstream(e, unsub, now)
+	}
+	c.subGauges()
+}
+
+// resubscribe subscribes upstream every key that has holders but no
+// upstream subscription: after a reconnect, and for keys whose client asked
+// while no upstream was up. Client ids do not change.
+func (c *Core) resubscribe(e *Effects, now time.Time) {
+	for _, sh := range c.subs.idle() {
+		c.subscribeUpstream(e, sh, now)
+	}
+}
+
+// push is layer 2: a push for a live key goes to every ready member of
+// it, as one shared message with each member's id at at. The gap machine
+// (backfill.go) decides first whether it goes now, waits behind a
+// backfill, or is a duplicate.
+func (c *Core) push(e *Effects, frame []byte, m *router.Message, now time.Time) {
+	if !m.Subscription.Present() {
+		c.drop(e, DropUnexpected, "upstream push without params.subscription", "gen", c.gen)
+		return
+	}
+	sh := c.subs.byUpstream[string(m.Subscription.In(frame))]
+	if sh == nil {
+		c.drop(e, DropUnknownSubscription, "upstream push for a subscription nobody holds", "gen", c.gen)
+		return
+	}
+	elem := frame[m.Start:m.End]
+	live := sharedPush{elem, rebase(m.Subscription, m.Start), true, m.Start}
+	if c.gap.Passes(sh.key) {
+		// newPendingTransactions and the like, the busiest pushes: no
+		// gap rules, straight to the members.
+		c.fanout(e, sh, live)
+		return
+	}
+	c.applyGap(e, c.gap.Push(sh.key, m.Params.In(frame), now), &live, now)
+}
+
+// sharedPush is a push as it goes to every member of a key: msg with the
+// subscription id at at. borrowed: msg lies in the event's frame, at off.
+type sharedPush struct {
+	msg      []byte
+	at       router.Span
+	borrowed bool
+	off      int
+}
+
+// fanout queues push p for every member of sh, each under its own id. A
+// member whose answer has not gone out yet gets it held, in a copy of its
+// own, until it has.
+func (c *Core) fanout(e *Effects, sh *shared, p sharedPush) {
+	n := 0
+	for _, mem := range sh.members {
+		if !mem.ready {
+			// Held pushes count against the client's queue bound like
+			// queued ones: a batch kept open long cannot pile them
+			// up without end.
+			size := len(p.msg) - p.at.Len + len(mem.id)
+			if mem.heldBytes+size > c.cfg.HeldPushBytes {
+				e.Slow = append(e.Slow, mem.cl.id)
+				continue
+			}
+			mem.held = append(mem.held, router.AppendSpliced(make([]byte, 0, size), p.msg, p.at, mem.idb))
+			mem.heldBytes += size
+			continue
+		}
+		e.deliver(mem.cl, Delivery{Msg: p.msg, At: p.at, ID: mem.idb, Shared: true, Borrowed: p.borrowed, Off: p.off})
+		n++
+	}
+	c.obs.Pushed(n)
+}
+
+// subGauges reports the subscription counts.
+func (c *Core) subGauges() {
+	c.obs.Subscriptions(c.subs.counts())
+}

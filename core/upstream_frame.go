@@ -1,0 +1,233 @@
+package core
+
+import (
+	"slices"
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// UpstreamFrame is the event of a frame read from connection gen. The
+// shell scans it first, outside its lock: f and scanErr from
+// router.ScanUpstream, or, for a large answer routed by its head, f holding
+// the one message router.ScanResponseHead found. Responses are routed by id
+// (layer 1), pushes by subscription id (layer 2); anything else is counted
+// and dropped. Deliveries may borrow from frame (Delivery.Borrowed); the
+// core itself keeps no reference to it once it returns.
+func (c *Core) UpstreamFrame(e *Effects, gen uint64, frame []byte, f router.Frame, scanErr error, now time.Time) {
+	e.Reset()
+	defer c.finish(e)
+	if scanErr != nil {
+		c.drop(e, DropMalformed, "upstream sent a frame that is not valid JSON", "gen", gen, "bytes", len(frame))
+		return
+	}
+	if f.Batch && len(f.Messages) > 1 && gen == c.gen && c.wholeBatch(e, frame, f.Messages, now) {
+		return
+	}
+	// Only the one answer of a frame may take the buffer with it.
+	lendable := !f.Batch && len(f.Messages) == 1
+	arrayOfOne := f.Batch && len(f.Messages) == 1
+	for i := range f.Messages {
+		m := &f.Messages[i]
+		switch {
+		case m.HasID():
+			c.response(e, gen, frame, m, lendable, arrayOfOne, now)
+		case m.MethodIs(frame, methodSubscription):
+			if gen == c.gen {
+				c.push(e, frame, m, now)
+			}
+		default:
+			c.drop(e, DropUnexpected, "upstream sent a message that is neither a response nor a subscription push", "gen", gen)
+		}
+	}
+}
+
+// response is layer 1: the upstream id names the pending request; the
+// client's own id goes back in its place. An answer to a single request is
+// delivered as it lies in frame, with the splice left to the shell;
+// lendable says it is the frame's only message. arrayOfOne says m came
+// alone in an array, which is how a node refuses a whole batch.
+func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message, lendable, arrayOfOne bool, now time.Time) {
+	elem, idSpan := router.Element(frame, m)
+	raw := idSpan.In(elem)
+	if router.IsNull(raw) {
+		c.drop(e, DropNullID, "upstream answered with id null (a protocol error on its side)", "gen", gen)
+		return
+	}
+	uid, ok := router.ParseUpstreamID(raw)
+	if !ok {
+		c.drop(e, DropUnknownID, "upstream response with an id muxd never sent", "gen", gen)
+		return
+	}
+	if gen != c.gen {
+		c.drop(e, DropUnknownID, "upstream response on a connection that is no longer current", "gen", gen)
+		return
+	}
+	p, ok := c.reqs.Take(uid)
+	if !ok {
+		c.drop(e, DropUnknownID, "upstream response matches no pending request", "gen", gen, "id", uid)
+		return
+	}
+	if p.Up != nil {
+		c.arrayAnswered(e, uid, &p, frame, m, arrayOfOne, now)
+	}
+	cl := c.settled(&p)
+	switch p.Kind {
+	case router.KindSubscribe:
+		c.subscribeAnswered(e, frame, m, uid, &p, now)
+		return
+	case router.KindBackfill:
+		c.backfillAnswered(e, frame, m, uid, now)
+		return
+	case router.KindUnsubscribe:
+		return
+	}
+	if cl == nil {
+		return
+	}
+	code := responseCode(frame, m)
+	if p.Batch != nil {
+		resp := router.AppendSpliced(make([]byte, 0, len(elem)-len(raw)+len(p.ID)), elem, idSpan, p.ID)
+		c.answer(e, cl, &p, Delivery{Msg: resp}, code, now)
+		return
+	}
+	c.answer(e, cl, &p, Delivery{Msg: elem, At: idSpan, ID: p.ID, Borrowed: true, Lendable: lendable, Off: m.Start}, code, now)
+}
+
+// arrayAnswered settles call uid of an upstream array, whose answer m has
+// come, and sends the array next when this completes the one in flight.
+// When the node refused the whole array (geth's "batch too large": one
+// error, alone in an array, under the id of the array's first call), every
+// other call of the array gets that same error, as the node wrote it,
+// under its own id.
+func (c *Core) arrayAnswered(e *Effects, uid uint64, p *router.Pending, frame []byte, m *router.Message, arrayOfOne bool, now time.Time) {
+	// Only -32600 (invalid request) counts as refusing the array: a node
+	// that answers each call in an array of its own is within JSON-RPC,
+	// and the first call's ordinary error (a revert) must stay its own.
+	code := responseCode(frame, m)
+	if first, calls := p.Up.FirstInFlight(); arrayOfOne && first == uid && calls > 1 && code == router.CodeInvalidRequest {
+		elem, idSpan := router.Element(frame, m)
+		c.uids = p.Up.InFlight(c.uids[:0])
+		for _, id := range c.uids {
+			if id == uid {
+				continue
+			}
+			q, ok := c.reqs.Take(id)
+			if !ok {
+				continue
+			}
+			if q.Up.Settle(id) {
+				c.send(e, q.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+			}
+			if cl := c.settled(&q); cl != nil {
+				c.answer(e, cl, &q, Delivery{Msg: router.AppendSpliced(nil, elem, idSpan, q.ID)}, code, now)
+			}
+		}
+	}
+	if p.Up.Settle(uid) {
+		c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+	}
+}
+
+// wholeBatchMax is the largest array answer wholeBatch splices in one
+// pass; larger ones go element by element.
+const wholeBatchMax = 64 << 10
+
+// wholeBatch is the fast path for the common case of a client batch: the
+// node's array answer holds exactly the answers to one client batch,
+// nothing of which has been answered otherwise. The ids are spliced in one
+// pass into the client's array, with no per-element copies and no
+// re-assembly. It reports false, having changed nothing, when the case does
+// not apply.
+func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now time.Time) bool {
+	if len(frame) > wholeBatchMax {
+		return false
+	}
+	// The ids, sorted, must all differ: a node that repeats an id gets
+	// the element-by-element path, which drops the repeat.
+	uids := c.uids[:0]
+	for i := range msgs {
+		m := &msgs[i]
+		if !m.HasID() {
+			return false
+		}
+		uid, ok := router.ParseUpstreamID(m.ID.In(frame))
+		if !ok {
+			return false
+		}
+		uids = append(uids, uid)
+	}
+	c.uids = uids
+	slices.Sort(uids)
+	for i := 1; i < len(uids); i++ {
+		if uids[i] == uids[i-1] {
+			return false
+		}
+	}
+	if !c.oneUntouchedBatch(uids, len(msgs)) {
+		return false
+	}
+	var (
+		b   *router.Batch
+		out []byte
+	)
+	for i := range msgs {
+		m := &msgs[i]
+		elem, idSpan := router.Element(frame, m)
+		uid, _ := router.ParseUpstreamID(idSpan.In(elem))
+		p, _ := c.reqs.Take(uid)
+		if b == nil {
+			b = p.Batch
+			out = make([]byte, 1, len(frame)+len(msgs)*(len(p.ID)+1)+2)
+			out[0] = '['
+		} else {
+			out = append(out, ',')
+		}
+		if p.Up.Settle(uid) {
+			c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		}
+		c.settled(&p)
+		c.answered(&p, responseCode(frame, m), now)
+		out = router.AppendSpliced(out, elem, idSpan, p.ID)
+	}
+	b.Close()
+	if cl := c.clients[b.Client]; cl != nil {
+		e.deliver(cl, Delivery{Msg: append(out, ']')})
+	}
+	return true
+}
+
+// oneUntouchedBatch reports whether uids, all different, are the pending
+// calls of one client batch that expects exactly n answers and has none
+// yet.
+func (c *Core) oneUntouchedBatch(uids []uint64, n int) bool {
+	var b *router.Batch
+	for _, uid := range uids {
+		p, ok := c.reqs.Peek(uid)
+		if !ok || p.Kind != router.KindCall || p.Batch == nil || p.Up == nil {
+			return false
+		}
+		if b == nil {
+			b = p.Batch
+			if b.Want() != n || !b.Untouched() || len(b.Subs) > 0 {
+				return false
+			}
+		} else if p.Batch != b {
+			return false
+		}
+	}
+	return b != nil
+}
+
+// responseCode reads error.code from a response for the metrics; 0 for a
+// result. frame is the whole frame m was scanned from.
+func responseCode(frame []byte, m *router.Message) int {
+	if !m.Error.Present() {
+		return 0
+	}
+	code, ok := router.ErrorCode(m.Error.In(frame))
+	if !ok {
+		return -1
+	}
+	return code
+}
