@@ -35,7 +35,11 @@
 //     (a reorg while fetching) is fetched with eth_getBlockByHash. A
 //     fetched block that continues the delivered chain (the child of the
 //     last delivered head) below the walk is delivered at once, ahead of
-//     the walk, which then stops on it. The
+//     the walk, which then stops on it. When the walk finds a delivered
+//     head replaced (a reorg of heads already delivered), it asks for the
+//     block it needs by hash and, at once, for the reorgWindow numbers
+//     below by number, so the walk to the fork point costs one round trip
+//     rather than one per replaced head. The
 //     blocks above the fork point are delivered in ascending order,
 //     converted to exactly the object geth pushes for newHeads
 //     (types.Header's JSON: every header field in struct order, absent
@@ -74,7 +78,13 @@
 //     starts (its blocks are still missing). A newHeads job's fetched
 //     headers are kept (by hash, which names a header for good): the
 //     next job takes them instead of asking again, so a connection that
-//     drops before any backfill can finish still moves it on.
+//     drops before any backfill can finish still moves it on. That
+//     includes headers at or below the last delivered head that are not
+//     the delivered ones (the branch of a reorg, met on the walk down):
+//     a walk below the last head that no single connection finishes
+//     still ends, one connection at a time. They are only ever taken by
+//     the walk from the new head, by parent hash, so a header orphaned
+//     since cannot replace a canonical head.
 //
 // A Machine is not safe for concurrent use; its owner serializes events.
 package gapfill

@@ -210,6 +210,7 @@ type job struct {
 	numWait map[uint64]bool   // numbers asked for by number, not answered yet
 	chain   []header          // walked, descending from target-1
 	askedBy string            // the hash asked for by hash, if any
+	probed  map[uint64]bool   // numbers at or below the last head asked for by number (probeBelow)
 
 	// logs
 	phase    int    // logsHead, logsCheck, logsFetch
