@@ -35,6 +35,8 @@ const (
 	// timeout/20, plus scheduling under -race on a small box.
 	slack       = 1500 * time.Millisecond
 	maxInFlight = 6 // units (single request or batch) outstanding per client
+	// reconnectMax bounds muxd's backoff between upstream dials.
+	reconnectMax = time.Second
 )
 
 var retryMethods = []string{"eth_call", "eth_getBalance", "eth_blockNumber", "eth_chainId", "eth_getLogs", "eth_getCode"}
@@ -56,7 +58,11 @@ func TestChaos(t *testing.T) {
 		Upstream:       up.URL,
 		RequestTimeout: requestTimeout,
 		PingInterval:   -1,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Every connection is cut within 2 s, so the backoff would
+		// reach its 10 s maximum and the node be away most of the run:
+		// few backfills, each of a gap past backfill_blocks.
+		ReconnectMax: reconnectMax,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -206,10 +212,10 @@ func checkCaughtUp(t *testing.T, up *chaosUpstream, clients []*client) {
 	calmed := time.Now()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	// Bounded by a few request timeouts: on a connection that stays up
-	// every backfill ends within a few round trips, or a request timeout
-	// and its retry.
-	for until := calmed.Add(3*requestTimeout + slack); ; <-tick.C {
+	// Bounded by a redial and a few request timeouts: on a connection
+	// that stays up every backfill ends within a few round trips, or a
+	// request timeout and its retry.
+	for until := calmed.Add(reconnectMax + 3*requestTimeout + slack); ; <-tick.C {
 		var behind []string
 		for _, c := range clients {
 			if c.watcher() {
