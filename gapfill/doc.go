@@ -35,7 +35,11 @@
 //     (a reorg while fetching) is fetched with eth_getBlockByHash. A
 //     fetched block that continues the delivered chain (the child of the
 //     last delivered head) below the walk is delivered at once, ahead of
-//     the walk, which then stops on it. The
+//     the walk, which then stops on it. When the walk finds a delivered
+//     head replaced (a reorg of heads already delivered), it asks for the
+//     block it needs by hash and, at once, for the reorgWindow numbers
+//     below by number, so the walk to the fork point costs one round trip
+//     rather than one per replaced head. The
 //     blocks above the fork point are delivered in ascending order,
 //     converted to exactly the object geth pushes for newHeads
 //     (types.Header's JSON: every header field in struct order, absent
@@ -45,19 +49,38 @@
 //   - logs: per key, the logs delivered for the last Config.Blocks blocks
 //     are kept (block number, hash, raw logs), and the highest block known
 //     to be fully delivered (covered). When the key becomes live again
-//     after a reconnect a job asks eth_blockNumber and, at the same time,
+//     after a reconnect a job asks for the head block
+//     (eth_getBlockByNumber("latest", false): its number, and the hashes
+//     of it and its parent) and, at the same time,
 //     checks the remembered blocks from the highest down with
 //     eth_getBlockByNumber (a few ahead of the answers) until one still
 //     has its hash (blocks whose hash changed were replaced by a
 //     reorg: their logs are delivered again with "removed": true, as geth
-//     does), then fetches the key's own filter over (covered, head] with
-//     eth_getLogs in chunks of Config.LogsChunk blocks and delivers the
-//     logs in (block, log index) order, skipping those already delivered.
+//     does), then fetches the key's own filter over (covered, head] and
+//     delivers the logs in (block, log index) order, skipping those
+//     already delivered. At most ByHashBlocks (4) blocks are fetched
+//     block by block with eth_getLogs {blockHash}, so that each answer
+//     belongs to exactly the block named, reorg or not (a hash the job
+//     does not know from the head or the checks costs an
+//     eth_getBlockByNumber first; an answer holding another block's logs
+//     counts as a failed request); more are fetched by range, in chunks of
+//     Config.LogsChunk blocks.
 //     Live pushes are de-duplicated by (block hash, log index) always.
 //     A log held while the job ran whose removal (removed: true) was held
 //     after it is dropped with its removal: a reorg the node pushed
 //     meanwhile orphaned it, and the job delivered the chain as it is now
 //     (where its block may have no matching log at all).
+//   - logs on a live connection: the machine follows the node's head
+//     through the heads it pushes to any newHeads key on the connection.
+//     A head more than one block above the last (a catch-up jump: geth
+//     then announces only the new head) makes every logs key fetch the
+//     logs of the blocks skipped and of the new head, as above, from
+//     above the key's start; a key whose job is running fetches them when
+//     it ends, before what it held. A fetched log that would go out
+//     before a log already delivered (the node pushed the new head's logs
+//     before the head that showed the jump, and skipped the others) is
+//     not delivered and the gap is counted (late). With no newHeads key
+//     live, a live connection's jumps are not seen.
 //   - Other kinds (newPendingTransactions, node-specific ones) cannot be
 //     backfilled: becoming live again counts a gap (not_backfillable).
 //   - A push that does not parse as a head or a log is delivered as it
@@ -74,7 +97,13 @@
 //     starts (its blocks are still missing). A newHeads job's fetched
 //     headers are kept (by hash, which names a header for good): the
 //     next job takes them instead of asking again, so a connection that
-//     drops before any backfill can finish still moves it on.
+//     drops before any backfill can finish still moves it on. That
+//     includes headers at or below the last delivered head that are not
+//     the delivered ones (the branch of a reorg, met on the walk down):
+//     a walk below the last head that no single connection finishes
+//     still ends, one connection at a time. They are only ever taken by
+//     the walk from the new head, by parent hash, so a header orphaned
+//     since cannot replace a canonical head.
 //
 // A Machine is not safe for concurrent use; its owner serializes events.
 package gapfill

@@ -28,12 +28,14 @@ func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
 	// Headers an earlier job fetched before its connection was lost: the
 	// walk checks them by parent hash like any other, so a number one of
 	// them has is not asked again (if a reorg replaced it, the walk asks
-	// for the new block by hash).
+	// for the new block by hash). Those at or below the last delivered
+	// head are blocks of a branch that replaced delivered heads, which the
+	// walk down to the fork point needs.
 	have := map[uint64]bool{}
 	for hash, fh := range k.fetched {
-		if fh.num >= from && fh.num < h.num {
+		if fh.num >= j.floor && fh.num < h.num {
 			j.byHash[hash] = fh
-			have[fh.num] = true
+			have[fh.num] = fh.num >= from
 		}
 	}
 	k.fetched = nil
@@ -114,6 +116,9 @@ func (m *Machine) walk(k *keyState, now time.Time) {
 				j.askedBy = j.expect
 				m.enqueue(k, &request{method: "eth_getBlockByHash", params: []byte(`["` + j.expect + `",false]`),
 					purpose: purposeHeadByHash, num: n, hash: j.expect}, now)
+				if n <= k.last {
+					m.probeBelow(k, n, now)
+				}
 			}
 			return
 		}
@@ -128,6 +133,33 @@ func (m *Machine) walk(k *keyState, now time.Time) {
 			return
 		}
 		j.cur = n - 1
+	}
+}
+
+// reorgWindow is how many blocks below a replaced delivered head a
+// newHeads job asks for by number at once: the walk down to the fork
+// point then takes one round trip, not one per replaced head.
+const reorgWindow = 4
+
+// probeBelow asks by number for the reorgWindow blocks below n, a
+// delivered head the walk found replaced (the walk asks for n itself by
+// hash). The node's canonical blocks there are most likely the new
+// branch: the walk takes those that chain and asks by hash for any that
+// do not. Numbers asked before, or below the floor, are skipped.
+func (m *Machine) probeBelow(k *keyState, n uint64, now time.Time) {
+	j := k.job
+	for i := uint64(1); i <= reorgWindow && i <= n && n-i >= j.floor; i++ {
+		num := n - i
+		if j.numWait[num] || j.probed[num] {
+			continue
+		}
+		if j.probed == nil {
+			j.probed = map[uint64]bool{}
+		}
+		j.probed[num] = true
+		j.numWait[num] = true
+		m.enqueue(k, &request{method: "eth_getBlockByNumber",
+			params: []byte(`["` + quantity(num) + `",false]`), purpose: purposeHeadByNumber, num: num}, now)
 	}
 }
 
@@ -188,17 +220,19 @@ func (m *Machine) deliverChain(k *keyState, now time.Time) {
 	m.endJob(k, now)
 }
 
-// keepFetched keeps the headers k's job fetched above the last delivered
-// head, for the next job (the connection is lost: the job is abandoned).
-// The target is kept too: it is a header like the others. At most Blocks
-// headers are kept, the highest.
+// keepFetched keeps the headers k's job fetched, for the next job (the
+// connection is lost: the job is abandoned): those above the last
+// delivered head, and those at or below it (a branch that replaced
+// delivered heads, met on the walk down to the fork point). The target is
+// kept too: it is a header like the others. At most Blocks headers are
+// kept, the highest.
 func (m *Machine) keepFetched(k *keyState, j *job) {
 	if j.byHash == nil {
 		return
 	}
 	kept := make(map[string]header, len(j.byHash)+1)
 	add := func(h header) {
-		if !k.haveLast || h.num > k.last {
+		if !k.haveLast || h.num > k.last || k.hashes[h.num] != h.hash {
 			kept[h.hash] = h
 		}
 	}

@@ -361,3 +361,75 @@ func TestHeadsBottomFirst(t *testing.T) {
 		t.Fatalf("delivered %v (backfilled %d); want at least 10..%d in order", got, h.heads, 10+5*perConn)
 	}
 }
+
+// TestHeadsReorgShortConnections: a reorg replaced heads already
+// delivered, and every connection is lost after the node has answered one
+// request. The walk down from the new head below the last delivered head
+// (blocks asked for by hash) keeps what each connection fetched, so the
+// backfill still finishes: the new branch from the fork point, once, in
+// order.
+func TestHeadsReorgShortConnections(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	forked := chainOf(1, 6, 40) // shares 0..6 with main: 7..10 delivered are replaced
+	const head = 14
+	answered := 0
+	n := &node{chain: forked, head: head, hook: func(s Send) ([]byte, bool, bool) {
+		if answered >= 1 {
+			return nil, false, true // the connection is gone: never answered
+		}
+		answered++
+		return nil, false, false
+	}}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	for i := uint64(1); i <= 10; i++ {
+		h.push(headsKey, headJSON(main[i]))
+	}
+	h.out = nil
+	conns := 0
+	for ; conns < 30 && h.m.keys[headsKey].last != head; conns++ {
+		answered = 0
+		h.apply(h.m.Live(headsKey, h.now), nil)
+		h.push(headsKey, headJSON(forked[head]))
+		h.m.Disconnected()
+	}
+	if got := h.deliveredHeads(); !slices.Equal(got, headsOf(forked, 7, head)) || len(h.gaps) != 0 {
+		t.Fatalf("after %d connections: delivered\n%v\nwant\n%v\ngaps %v", conns, got, headsOf(forked, 7, head), h.gaps)
+	}
+}
+
+// TestHeadsReorgRoundTrips: the walk below a replaced delivered head asks
+// for the blocks under it by number all at once, so a reorg four heads
+// deep costs two round trips (block 11, then the heads under it at once),
+// not one per replaced head.
+func TestHeadsReorgRoundTrips(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	forked := chainOf(1, 6, 40) // 7..10 delivered are replaced
+	var held []Send
+	n := &node{chain: forked, head: 12, hook: func(s Send) ([]byte, bool, bool) {
+		held = append(held, s)
+		return nil, false, true // answered below, a round at a time
+	}}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	for i := uint64(1); i <= 10; i++ {
+		h.push(headsKey, headJSON(main[i]))
+	}
+	h.out = nil
+	h.push(headsKey, headJSON(forked[12]))
+	rounds := 0
+	for ; len(held) > 0 && rounds < 10; rounds++ {
+		round := held
+		held = nil
+		for _, s := range round {
+			res, _ := (&node{chain: forked, head: 12}).answer(s)
+			h.apply(h.m.Answer(s.ID, res, h.now), nil)
+		}
+	}
+	if got := h.deliveredHeads(); !slices.Equal(got, headsOf(forked, 7, 12)) || len(h.gaps) != 0 {
+		t.Fatalf("delivered %v gaps %v, want %v", got, h.gaps, headsOf(forked, 7, 12))
+	}
+	if rounds > 2 {
+		t.Errorf("%d round trips, want 2 (block 11, then the replaced heads at once)", rounds)
+	}
+}

@@ -24,6 +24,7 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 			delete(k.blocks, l.block)
 		}
 		m.deliver(k, live, resultOfLog(l, live))
+		delivered(k, l)
 		return
 	}
 	if seen(k, l) {
@@ -41,11 +42,36 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 	}
 	m.remember(k, l)
 	m.deliver(k, live, resultOfLog(l, live))
+	delivered(k, l)
 	// Every block below a log's was delivered whole: the node pushes in
 	// chain order.
 	if l.block > 0 && (!k.haveCovered || l.block-1 > k.covered) {
+		if !k.haveCovered {
+			k.start = l.block - 1
+		}
 		k.covered, k.haveCovered = l.block-1, true
 	}
+}
+
+// logPos is a log's place in chain order.
+type logPos struct{ block, index uint64 }
+
+func (p logPos) before(q logPos) bool {
+	return p.block < q.block || (p.block == q.block && p.index < q.index)
+}
+
+// delivered records where the last log delivered to k was: at l, or for
+// a removal, the start of its block (the branch replacing it starts
+// there).
+func delivered(k *keyState, l logEntry) {
+	p := logPos{l.block, l.index}
+	if l.removed {
+		p.index = 0
+		if k.haveLastPos && !p.before(k.lastPos) {
+			return
+		}
+	}
+	k.lastPos, k.haveLastPos = p, true
 }
 
 func resultOfLog(l logEntry, live bool) []byte {
@@ -94,12 +120,16 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 	j := k.job
 	switch r.purpose {
 	case purposeHeadNumber:
-		head, ok := parseQuantityJSON(result)
+		h, ok := parseHeader(result)
 		if !ok {
 			m.failed(k, r, now)
 			return
 		}
-		j.head, j.haveHead = head, true
+		j.head, j.haveHead = h.num, true
+		j.checked[h.num] = h.hash
+		if h.num > 0 {
+			j.checked[h.num-1] = h.parent
+		}
 		j.phase = logsCheck
 		m.resolveChecks(k, now)
 	case purposeCheckBlock:
@@ -110,20 +140,46 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 		}
 		j.checked[r.num] = h.hash
 		m.resolveChecks(k, now)
-	case purposeGetLogs:
+	case purposeLogsBlock:
+		h, ok := parseHeader(result)
+		if !ok || h.num != r.num {
+			m.failed(k, r, now)
+			return
+		}
+		j.checked[r.num] = h.hash
+		m.enqueue(k, logsByHash(k, r.num, h.hash), now)
+	case purposeGetLogs, purposeLogsByHash:
 		var entries []json.RawMessage
 		if json.Unmarshal(result, &entries) != nil {
 			m.failed(k, r, now)
 			return
 		}
+		var logs []logEntry
 		for _, e := range entries {
-			if l, ok := parseLog(e); ok && !l.removed {
-				j.fetched = append(j.fetched, l)
+			l, ok := parseLog(e)
+			if !ok || l.removed {
+				continue
 			}
+			if r.purpose == purposeLogsByHash && (l.block != r.num || l.hash != r.hash) {
+				// Not the block asked for: a node that ignored
+				// blockHash.
+				m.failed(k, r, now)
+				return
+			}
+			logs = append(logs, l)
 		}
+		j.fetched = append(j.fetched, logs...)
 		j.chunks--
 		m.afterChunk(k, now)
 	}
+}
+
+// logsByHash asks eth_getLogs for the key's filter in block hash (number
+// n): the answer belongs to exactly that block, whatever reorg happens
+// meanwhile.
+func logsByHash(k *keyState, n uint64, hash string) *request {
+	return &request{method: "eth_getLogs", params: getLogsByHashParams(k.filter, hash),
+		purpose: purposeLogsByHash, num: n, hash: hash}
 }
 
 // checkWindow is how many remembered blocks a logs job asks about ahead
@@ -194,18 +250,97 @@ func (m *Machine) fetch(k *keyState, now time.Time) {
 		}
 		from = min(from, low)
 	}
+	m.fetchRange(k, from, now)
+}
+
+// ByHashBlocks is the most blocks a logs job fetches block by block, with
+// eth_getLogs {blockHash}, instead of by range: a few blocks missed (a
+// short cut, a small head jump) are fetched by the hash of each, so that
+// every answer belongs to exactly the block named, reorg or not. A block
+// whose hash the job does not know yet costs one eth_getBlockByNumber
+// first. More blocks than this are fetched by range, in chunks of
+// Config.LogsChunk (fewer requests).
+const ByHashBlocks = 4
+
+// fetchRange asks for the key's logs in blocks [from, j.head] (at most
+// Blocks below the head) and delivers once every answer is in.
+func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
+	j := k.job
+	j.phase = logsFetch
 	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
 		m.gap(k, "too_long")
 		from = floor
 	}
-	for a := from; a <= j.head; a += m.cfg.LogsChunk {
-		b := min(a+m.cfg.LogsChunk-1, j.head)
-		j.chunks++
-		j.queue = append(j.queue, &request{method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
-			purpose: purposeGetLogs, num: a})
+	if from <= j.head && j.head-from < ByHashBlocks {
+		for n := from; n <= j.head; n++ {
+			j.chunks++
+			if hash, ok := j.checked[n]; ok {
+				j.queue = append(j.queue, logsByHash(k, n, hash))
+				continue
+			}
+			j.queue = append(j.queue, &request{method: "eth_getBlockByNumber", params: []byte(`["` + quantity(n) + `",false]`),
+				purpose: purposeLogsBlock, num: n})
+		}
+	} else {
+		for a := from; a <= j.head; a += m.cfg.LogsChunk {
+			b := min(a+m.cfg.LogsChunk-1, j.head)
+			j.chunks++
+			j.queue = append(j.queue, &request{method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
+				purpose: purposeGetLogs, num: a})
+		}
 	}
 	m.pump(k, now)
 	m.afterChunk(k, now)
+}
+
+// noteHead follows the node's head through what it pushes to newHeads
+// keys on the current connection. A head more than one block above the
+// last is a jump: the node announced none of the blocks between (geth
+// sends only the new head when it catches up) and may not have pushed
+// their logs either, so every logs key fetches the logs of those blocks
+// and of the new head, as after a reconnect (a key with a job running
+// fetches them when it ends).
+func (m *Machine) noteHead(h header, now time.Time) {
+	prev, had := m.nodeHead, m.haveNodeHead
+	m.nodeHead, m.haveNodeHead = h.num, true
+	if !had || h.num <= prev+1 {
+		return
+	}
+	keys := make([]string, 0, len(m.keys))
+	for key, k := range m.keys {
+		if k.kind == kindLogs && k.haveCovered {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		k := m.keys[key]
+		from := max(prev, k.start) + 1
+		if from > h.num {
+			continue
+		}
+		if k.job != nil {
+			if k.owedTo == 0 || from < k.owedFrom {
+				k.owedFrom = from
+			}
+			k.owedTo = max(k.owedTo, h.num)
+			continue
+		}
+		m.startJump(k, from, h.num, map[uint64]string{h.num: h.hash, h.num - 1: h.parent}, now) // h.num > prev+1 > 0
+	}
+}
+
+// startJump starts a logs job that fetches blocks [from, to] (known:
+// canonical hashes the job may use) and delivers them as a reconnect's
+// job does; what k holds stays held behind it.
+func (m *Machine) startJump(k *keyState, from, to uint64, known map[uint64]string, now time.Time) {
+	j := m.startJob(k, now)
+	j.head, j.haveHead = to, true
+	j.checked = known
+	if j.checked == nil {
+		j.checked = map[uint64]string{}
+	}
+	m.fetchRange(k, from, now)
 }
 
 // afterChunk delivers once every chunk is in.
@@ -228,6 +363,8 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		logs := slices.SortedFunc(slices.Values(b.logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
 		for _, l := range logs {
 			m.deliver(k, false, asRemoved(l.raw))
+			l.removed = true
+			delivered(k, l)
 			m.eff.LogsBackfilled++
 		}
 		delete(k.blocks, j.replaced[i])
@@ -242,12 +379,23 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		if seen(k, l) {
 			continue
 		}
+		if k.haveLastPos && (logPos{l.block, l.index}).before(k.lastPos) {
+			// A later log went out first (the node pushed a later
+			// block's logs before the head that showed the jump):
+			// delivered now, it would break the order.
+			j.late = true
+			continue
+		}
 		m.remember(k, l)
 		m.deliver(k, false, l.raw)
+		delivered(k, l)
 		m.eff.LogsBackfilled++
 	}
 	if j.missing {
 		m.gap(k, "failed")
+	}
+	if j.late {
+		m.gap(k, "late")
 	}
 	if j.phase == logsFetch && j.head > k.covered {
 		k.covered = j.head

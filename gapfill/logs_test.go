@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -144,6 +145,15 @@ func heldLogsJob(t *testing.T, n *node, chain map[uint64]blk, head uint64) (*har
 	return h, later
 }
 
+// answerLater has n answer the requests it held, in order.
+func answerLater(h *harness, n *node, later []Send) {
+	n.hook = nil
+	for _, s := range later {
+		res, _ := n.answer(s)
+		h.apply(h.m.Answer(s.ID, res, h.now), nil)
+	}
+}
+
 // TestLogsHeldDuringJob: logs pushed by the new subscription while the
 // backfill runs come after it, once each.
 func TestLogsHeldDuringJob(t *testing.T) {
@@ -154,19 +164,28 @@ func TestLogsHeldDuringJob(t *testing.T) {
 	for _, l := range only(logsOf(main, 8, 9), "0xaa") {
 		h.push(logsKey, logJSON(l, false))
 	}
-	if len(h.out) != 0 || len(*later) != 1 {
+	if len(h.out) != 0 || len(*later) == 0 {
 		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(*later))
 	}
-	n.hook = nil
-	res, _ := n.answer((*later)[0])
-	h.apply(h.m.Answer((*later)[0].ID, res, h.now), nil)
+	answerLater(h, n, *later)
 	if want := logStrings(only(logsOf(main, 6, 9), "0xaa"), false); !slices.Equal(h.deliveredLogs(), want) {
 		t.Fatalf("delivered %v\nwant %v", h.deliveredLogs(), want)
 	}
-	var p []map[string]json.RawMessage
-	_ = json.Unmarshal((*later)[0].Params, &p)
-	if string(p[0]["fromBlock"]) != `"0x5"` || string(p[0]["toBlock"]) != `"0x8"` {
-		t.Fatalf("range %s..%s, want block 5 (the last with a log, maybe not whole) to 8", p[0]["fromBlock"], p[0]["toBlock"])
+	// Blocks 5 (the last with a log, maybe not whole) to 8, each by
+	// its hash: four blocks are few.
+	var asked []string
+	for _, s := range *later {
+		var p []map[string]json.RawMessage
+		_ = json.Unmarshal(s.Params, &p)
+		asked = append(asked, string(p[0]["blockHash"]))
+	}
+	var want []string
+	for b := uint64(5); b <= 8; b++ {
+		want = append(want, `"`+main[b].hash+`"`)
+	}
+	slices.Sort(asked)
+	if !slices.Equal(asked, want) {
+		t.Fatalf("eth_getLogs by blockHash %v, want blocks 5..8 %v", asked, want)
 	}
 }
 
@@ -232,12 +251,10 @@ func TestLogsStaleHeldAfterReorg(t *testing.T) {
 	for _, l := range only(logsOf(forked, 8, 8), "0xaa") {
 		h.push(logsKey, logJSON(l, false))
 	}
-	if len(h.out) != 0 || len(*later) != 1 {
+	if len(h.out) != 0 || len(*later) == 0 {
 		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(*later))
 	}
-	n.hook = nil
-	res, _ := n.answer((*later)[0])
-	h.apply(h.m.Answer((*later)[0].ID, res, h.now), nil)
+	answerLater(h, n, *later)
 	want := logStrings(append(only(logsOf(main, 6, 7), "0xaa"), only(logsOf(forked, 8, 8), "0xaa")...), false)
 	if got := h.deliveredLogs(); !slices.Equal(got, want) {
 		t.Fatalf("delivered\n%v\nwant\n%v", got, want)
@@ -344,5 +361,224 @@ func TestLogsRoundTrips(t *testing.T) {
 	}
 	if rounds != 2 || len(h.gaps) != 0 {
 		t.Errorf("%d round trips, gaps %v; want 2, none", rounds, h.gaps)
+	}
+}
+
+// TestLogsHeadJump: on a live connection (no reconnect) the node's newHeads
+// jumps by more than one block, and it pushed no logs for the blocks it
+// skipped: the logs key fetches them (and the new head's) with its own
+// filter and delivers them in order, once each, before what comes next.
+func TestLogsHeadJump(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	byNumber := func(n *node) (got []string) {
+		for _, s := range n.seen {
+			if s.Method == "eth_getBlockByNumber" && s.Key == logsKey { // the heads key backfills too
+				got = append(got, string(s.Params))
+			}
+		}
+		return got
+	}
+	getLogs := func(n *node) (got []string) {
+		for _, s := range n.seen {
+			if s.Method == "eth_getLogs" {
+				var p []map[string]json.RawMessage
+				_ = json.Unmarshal(s.Params, &p)
+				if bh, ok := p[0]["blockHash"]; ok {
+					got = append(got, "hash "+string(bh))
+				} else {
+					got = append(got, "range "+string(p[0]["fromBlock"])+".."+string(p[0]["toBlock"]))
+				}
+			}
+		}
+		slices.Sort(got)
+		return got
+	}
+	hashQ := func(from, to uint64) (s []string) {
+		for b := from; b <= to; b++ {
+			s = append(s, `hash "`+main[b].hash+`"`)
+		}
+		return s
+	}
+	for _, tt := range []struct {
+		name       string
+		head       uint64
+		liveBefore []lg // logs the node pushes before the jumping head
+		want       []lg // logs delivered after those pushed before the jump (excluding liveBefore)
+		wantLogs   []string
+		wantByNum  []string
+		wantGap    []Gap
+	}{
+		{name: "a jump of six: by range", head: 16,
+			want: only(logsOf(main, 11, 16), "0xaa"), wantLogs: []string{`range "0xb".."0x10"`}},
+		{name: "a jump of three: by blockHash, hashes from the head and a block by number", head: 13,
+			want: only(logsOf(main, 11, 13), "0xaa"), wantLogs: hashQ(11, 13), wantByNum: []string{`["0xb",false]`}},
+		{name: "a jump of two: by blockHash, both hashes from the head", head: 12,
+			want: only(logsOf(main, 11, 12), "0xaa"), wantLogs: hashQ(11, 12)},
+		{name: "the node pushed every block's logs (geth): nothing twice", head: 13,
+			liveBefore: only(logsOf(main, 11, 13), "0xaa"), wantLogs: hashQ(11, 13), wantByNum: []string{`["0xb",false]`}},
+		{name: "the new head's logs came first: the skipped ones would break the order, counted", head: 13,
+			liveBefore: only(logsOf(main, 13, 13), "0xaa"), wantLogs: hashQ(11, 13), wantByNum: []string{`["0xb",false]`},
+			wantGap: []Gap{{"logs", "late"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{chain: main, head: 10, logs: logsOf(main, 1, 60)}
+			h := newHarness(t, Config{Blocks: 128}, n)
+			h.apply(h.m.Live(headsKey, h.now), nil)
+			h.apply(h.m.Live(logsKey, h.now), nil)
+			for b := uint64(1); b <= 10; b++ {
+				h.push(headsKey, headJSON(main[b]))
+				for _, l := range only(logsOf(main, b, b), "0xaa") {
+					h.push(logsKey, logJSON(l, false))
+				}
+			}
+			n.seen = nil
+			n.head = tt.head
+			for _, l := range tt.liveBefore {
+				h.push(logsKey, logJSON(l, false))
+			}
+			h.out, h.outKeys = nil, nil
+			h.push(headsKey, headJSON(main[tt.head]))
+			next := lg{tt.head + 1, main[tt.head+1].hash, 0, "0xaa"}
+			h.push(logsKey, logJSON(next, false))
+			var got []string
+			for i, r := range h.out {
+				if h.outKeys[i] == logsKey {
+					l, _ := parseLog(r)
+					got = append(got, fmt.Sprintf("%d/%s/%d/%t", l.block, l.hash[2:18], l.index, l.removed))
+				}
+			}
+			want := logStrings(append(slices.Clone(tt.want), next), false)
+			if !slices.Equal(got, want) {
+				t.Errorf("delivered\n%v\nwant\n%v", got, want)
+			}
+			if g := getLogs(n); !slices.Equal(g, tt.wantLogs) {
+				t.Errorf("eth_getLogs %v, want %v", g, tt.wantLogs)
+			}
+			if g := byNumber(n); !slices.Equal(g, tt.wantByNum) {
+				t.Errorf("eth_getBlockByNumber %v, want %v", g, tt.wantByNum)
+			}
+			var gaps []Gap
+			for _, g := range h.gaps {
+				if g.Kind == "logs" {
+					gaps = append(gaps, g)
+				}
+			}
+			if !slices.Equal(gaps, tt.wantGap) {
+				t.Errorf("gaps %v, want %v", gaps, tt.wantGap)
+			}
+		})
+	}
+}
+
+// TestLogsByHashWhenFew: after a reconnect, a missed range of at most
+// ByHashBlocks blocks is fetched block by block with eth_getLogs
+// {blockHash}; one block more is fetched by range. A by-hash answer that
+// holds logs of another block counts as a failed request.
+func TestLogsByHashWhenFew(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	for _, tt := range []struct {
+		name    string
+		head    uint64
+		hook    func(s Send) ([]byte, bool, bool)
+		byHash  int
+		ranges  int
+		want    []lg
+		wantGap []Gap
+	}{
+		// Blocks from 5 (the last with a log delivered, maybe not whole).
+		{name: "four blocks: by hash", head: 8, byHash: 4, want: only(logsOf(main, 6, 8), "0xaa")},
+		{name: "five blocks: by range", head: 9, ranges: 1, want: only(logsOf(main, 6, 9), "0xaa")},
+		{name: "a by-hash answer for another block: failed, counted", head: 7, byHash: 2 + DefaultAttempts,
+			hook: func(s Send) ([]byte, bool, bool) {
+				if s.Method == "eth_getLogs" && strings.Contains(string(s.Params), main[7].hash) {
+					return fmt.Appendf(nil, "[%s]", logJSON(lg{6, main[6].hash, 0, "0xaa"}, false)), true, false
+				}
+				return nil, false, false
+			},
+			want: only(logsOf(main, 6, 6), "0xaa"), wantGap: []Gap{{"logs", "failed"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{chain: main, logs: logsOf(main, 1, 60)}
+			h := newHarness(t, Config{Blocks: 128}, n)
+			h.apply(h.m.Live(logsKey, h.now), nil)
+			for _, l := range only(logsOf(main, 1, 5), "0xaa") {
+				h.push(logsKey, logJSON(l, false))
+			}
+			h.m.Disconnected()
+			n.head, n.hook, n.seen, h.out = tt.head, tt.hook, nil, nil
+			h.apply(h.m.Live(logsKey, h.now), nil)
+			for range 2 * DefaultAttempts {
+				h.tick(h.m.cfg.RetryDelay)
+			}
+			byHash, ranges := 0, 0
+			for _, s := range n.seen {
+				switch {
+				case s.Method != "eth_getLogs":
+				case strings.Contains(string(s.Params), `"blockHash"`):
+					byHash++
+				default:
+					ranges++
+				}
+			}
+			if byHash != tt.byHash || ranges != tt.ranges {
+				t.Errorf("eth_getLogs by hash %d, by range %d; want %d, %d", byHash, ranges, tt.byHash, tt.ranges)
+			}
+			if got, want := h.deliveredLogs(), logStrings(tt.want, false); !slices.Equal(got, want) {
+				t.Errorf("delivered\n%v\nwant\n%v", got, want)
+			}
+			if !slices.Equal(h.gaps, tt.wantGap) {
+				t.Errorf("gaps %v, want %v", h.gaps, tt.wantGap)
+			}
+		})
+	}
+}
+
+// TestLogsHeadJumpDuringJob: a head jump while the key's reconnect job
+// runs is fetched when that job ends, before what it held.
+func TestLogsHeadJumpDuringJob(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	n := &node{chain: main, logs: logsOf(main, 1, 60)}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	for b := uint64(1); b <= 5; b++ {
+		h.push(headsKey, headJSON(main[b]))
+		for _, l := range only(logsOf(main, b, b), "0xaa") {
+			h.push(logsKey, logJSON(l, false))
+		}
+	}
+	h.m.Disconnected()
+	n.head = 8
+	var later []Send
+	n.hook = func(s Send) ([]byte, bool, bool) {
+		if s.Key == logsKey && len(later) < 100 {
+			later = append(later, s)
+			return nil, false, true
+		}
+		return nil, false, false
+	}
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.apply(h.m.Live(logsKey, h.now), nil) // job: head 8
+	h.push(headsKey, headJSON(main[8]))
+	n.head = 12
+	h.push(headsKey, headJSON(main[12])) // a jump of four, the job still running
+	h.push(logsKey, logJSON(lg{13, main[13].hash, 0, "0xaa"}, false))
+	h.out, h.outKeys = nil, nil
+	for len(later) > 0 {
+		s := later[0]
+		later = later[1:]
+		res, _ := (&node{chain: main, head: 12, logs: n.logs}).answer(s)
+		h.apply(h.m.Answer(s.ID, res, h.now), nil)
+	}
+	var got []string
+	for i, r := range h.out {
+		if h.outKeys[i] == logsKey {
+			l, _ := parseLog(r)
+			got = append(got, fmt.Sprintf("%d/%s/%d/%t", l.block, l.hash[2:18], l.index, l.removed))
+		}
+	}
+	want := logStrings(append(only(logsOf(main, 6, 12), "0xaa"), lg{13, main[13].hash, 0, "0xaa"}), false)
+	if !slices.Equal(got, want) || len(h.gaps) != 0 {
+		t.Fatalf("delivered\n%v\nwant\n%v\ngaps %v", got, want, h.gaps)
 	}
 }

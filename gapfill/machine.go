@@ -96,7 +96,7 @@ type Delivery struct {
 // Gap is a gap the machine could not close.
 type Gap struct {
 	Kind   string // subscription name: newHeads, logs, newPendingTransactions, …
-	Reason string // too_long, failed, unavailable, timeout, too_many_held, reorg_too_deep, not_backfillable, disabled
+	Reason string // too_long, failed, unavailable, timeout, too_many_held, reorg_too_deep, late, not_backfillable, disabled
 }
 
 // Effects is what the caller must do after an event, in this order: send
@@ -124,6 +124,12 @@ type Machine struct {
 	reqs   map[uint64]*request // sent, awaiting Answer
 	nextID uint64
 	eff    Effects // effects of the event being handled
+
+	// The number of the last head the node pushed to a newHeads key on
+	// the current connection: a head further on than the next one is a
+	// jump, whose blocks every logs key backfills (noteHead).
+	nodeHead     uint64
+	haveNodeHead bool
 }
 
 // New returns a machine with no keys.
@@ -152,6 +158,18 @@ type keyState struct {
 	blocks      map[uint64]*logBlock
 	covered     uint64
 	haveCovered bool
+	// logs: the block the key started after (the node's head when it
+	// became live the first time, as far as known): a head jump from
+	// below it owes nothing before it.
+	start uint64
+	// logs: the place of the last log delivered (lowered to the start of
+	// a block whose logs were removed): a backfilled log before it would
+	// go out of chain order.
+	lastPos     logPos
+	haveLastPos bool
+	// logs: a head jump seen while a job ran, whose blocks
+	// [owedFrom, owedTo] the next job fetches; owedTo 0: none.
+	owedFrom, owedTo uint64
 
 	// newHeads: headers a job fetched but could not deliver before the
 	// connection was lost, by hash. A hash names one header for good,
@@ -174,9 +192,11 @@ const (
 	purposeHeadByNumber = "head_by_number"
 	purposeHeadByHash   = "head_by_hash"
 	purposeBaseline     = "logs_baseline"
-	purposeHeadNumber   = "logs_head"
+	purposeHeadNumber   = "logs_head" // the head block: its number, hash and parent
 	purposeCheckBlock   = "logs_check_block"
 	purposeGetLogs      = "logs_range"
+	purposeLogsBlock    = "logs_block"   // a block's hash, for purposeLogsByHash
+	purposeLogsByHash   = "logs_by_hash" // eth_getLogs {blockHash}
 )
 
 // request is one request of the machine's, sent or waiting to be.
@@ -210,6 +230,7 @@ type job struct {
 	numWait map[uint64]bool   // numbers asked for by number, not answered yet
 	chain   []header          // walked, descending from target-1
 	askedBy string            // the hash asked for by hash, if any
+	probed  map[uint64]bool   // numbers at or below the last head asked for by number (probeBelow)
 
 	// logs
 	phase    int    // logsHead, logsCheck, logsFetch
@@ -217,13 +238,14 @@ type job struct {
 	haveHead bool
 	checks   []uint64          // remembered blocks not resolved yet, descending
 	asked    int               // how many of checks (from the front) were asked for
-	checked  map[uint64]string // answers to checks: number -> canonical hash
+	checked  map[uint64]string // canonical hashes known: answers to checks, a jump's head and parent
 	replaced []uint64          // remembered blocks whose hash changed, descending
 	forkOK   bool              // a remembered block kept its hash
 	forkAt   uint64            // that block
 	chunks   int               // eth_getLogs not answered yet
 	fetched  []logEntry
 	missing  bool // a chunk was given up
+	late     bool // a fetched log came after a later one was delivered
 }
 
 const (
@@ -306,7 +328,7 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		// The head and the first checks go together: neither waits for
 		// the other (each round trip counts on a connection that may
 		// not last).
-		m.enqueue(k, &request{method: "eth_blockNumber", params: []byte("[]"), purpose: purposeHeadNumber}, now)
+		m.enqueue(k, &request{method: "eth_getBlockByNumber", params: []byte(`["latest",false]`), purpose: purposeHeadNumber}, now)
 		m.askChecks(k, now)
 	}
 	// newHeads needs nothing now: the next head is not the child of the
@@ -329,7 +351,9 @@ func (m *Machine) Forget(key string) {
 // connection's job fetches its blocks again).
 func (m *Machine) Disconnected() {
 	clear(m.reqs)
+	m.haveNodeHead = false // the next connection's job covers the outage
 	for _, k := range m.keys {
+		k.owedTo = 0
 		if j := k.job; j != nil && k.kind == kindHeads {
 			m.keepFetched(k, j)
 		}
@@ -359,9 +383,20 @@ func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 		m.deliver(k, true, nil)
 		return m.take()
 	}
+	m.push(k, res, now)
+	if k.kind == kindHeads {
+		if h, ok := parseHeader(res); ok {
+			m.noteHead(h, now) // after this key's own effects
+		}
+	}
+	return m.take()
+}
+
+// push applies the rules of k's kind to a push's result res.
+func (m *Machine) push(k *keyState, res []byte, now time.Time) {
 	if k.job != nil {
 		m.hold(k, res, now)
-		return m.take()
+		return
 	}
 	switch k.kind {
 	case kindHeads:
@@ -377,7 +412,6 @@ func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 			m.deliver(k, true, nil)
 		}
 	}
-	return m.take()
 }
 
 func (m *Machine) hold(k *keyState, res []byte, now time.Time) {
@@ -402,6 +436,7 @@ func (m *Machine) Answer(id uint64, result []byte, now time.Time) Effects {
 	if r.purpose == purposeBaseline {
 		if n, ok := parseQuantityJSON(result); ok && !k.haveCovered {
 			k.covered, k.haveCovered = n, true
+			k.start = n
 		}
 		return m.take()
 	}
@@ -468,7 +503,7 @@ func (m *Machine) sortedKeys() []string {
 func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 	r.attempts++
 	if r.attempts >= m.cfg.Attempts {
-		if r.purpose == purposeGetLogs {
+		if r.purpose == purposeGetLogs || r.purpose == purposeLogsByHash || r.purpose == purposeLogsBlock {
 			// That range stays missing; the rest is delivered.
 			k.job.missing = true
 			k.job.chunks--
@@ -484,7 +519,7 @@ func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 // null handles a null answer: the node has not got the block yet.
 func (m *Machine) null(k *keyState, r *request, now time.Time) {
 	switch r.purpose {
-	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock:
+	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock, purposeLogsBlock:
 	default:
 		m.failed(k, r, now)
 		return
@@ -547,7 +582,7 @@ func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time
 	switch r.purpose {
 	case purposeHeadByNumber, purposeHeadByHash:
 		m.headAnswered(k, r, result, now)
-	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs:
+	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs, purposeLogsBlock, purposeLogsByHash:
 		m.logsAnswered(k, r, result, now)
 	}
 }
@@ -563,6 +598,14 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 	}
 	k.job = nil
 	m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
+	if k.kind == kindLogs && k.owedTo != 0 {
+		// A head jump came while it ran: its blocks next, ahead of
+		// what is held.
+		from, to := k.owedFrom, k.owedTo
+		k.owedTo = 0
+		m.startJump(k, from, to, nil, now)
+		return
+	}
 	held := k.held
 	k.held = nil
 	var removedAt map[string]int

@@ -193,12 +193,25 @@ func subscriptionName(key string) (string, map[string]json.RawMessage) {
 // getLogsParams builds eth_getLogs params: the key's filter over
 // [from, to].
 func getLogsParams(filter map[string]json.RawMessage, from, to uint64) []byte {
-	f := make(map[string]json.RawMessage, len(filter)+2)
+	return filterParams(filter, "fromBlock", quantity(from), "toBlock", quantity(to))
+}
+
+// getLogsByHashParams builds eth_getLogs params: the key's filter in the
+// block with hash.
+func getLogsByHashParams(filter map[string]json.RawMessage, hash string) []byte {
+	return filterParams(filter, "blockHash", hash)
+}
+
+// filterParams builds eth_getLogs params: the key's filter plus the given
+// members (name, string value, ...).
+func filterParams(filter map[string]json.RawMessage, members ...string) []byte {
+	f := make(map[string]json.RawMessage, len(filter)+len(members)/2)
 	for k, v := range filter {
 		f[k] = v
 	}
-	f["fromBlock"] = json.RawMessage(strconv.Quote(quantity(from)))
-	f["toBlock"] = json.RawMessage(strconv.Quote(quantity(to)))
+	for i := 0; i+1 < len(members); i += 2 {
+		f[members[i]] = json.RawMessage(strconv.Quote(members[i+1]))
+	}
 	b, _ := json.Marshal([]any{f})
 	return b
 }

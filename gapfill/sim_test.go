@@ -99,6 +99,9 @@ func (n *node) answer(s Send) (res []byte, drop bool) {
 		var q string
 		_ = json.Unmarshal(p[0], &q)
 		num, _ := parseQuantity(q)
+		if q == "latest" {
+			num = n.head
+		}
 		if b, ok := n.chain[num]; ok && num <= n.head {
 			return blockJSON(b), false
 		}
@@ -117,16 +120,28 @@ func (n *node) answer(s Send) (res []byte, drop bool) {
 		return []byte("null"), false
 	case "eth_getLogs":
 		var f struct {
-			From    string `json:"fromBlock"`
-			To      string `json:"toBlock"`
-			Address string `json:"address"`
+			From      string `json:"fromBlock"`
+			To        string `json:"toBlock"`
+			BlockHash string `json:"blockHash"`
+			Address   string `json:"address"`
 		}
 		_ = json.Unmarshal(p[0], &f)
 		from, _ := parseQuantity(f.From)
 		to, _ := parseQuantity(f.To)
+		known := f.BlockHash == "" // a block hash names a block the node has, on any branch
+		for _, b := range n.chain {
+			known = known || (b.hash == f.BlockHash && b.num <= n.head)
+		}
+		_, onOther := n.extra[f.BlockHash]
+		if !known && !onOther {
+			return nil, false // geth: "unknown block"
+		}
 		out := []byte("[")
 		for _, l := range n.logs {
-			if l.block < from || l.block > to || l.block > n.head || n.chain[l.block].hash != l.hash {
+			switch {
+			case f.BlockHash != "" && l.hash != f.BlockHash:
+				continue
+			case f.BlockHash == "" && (l.block < from || l.block > to || l.block > n.head || n.chain[l.block].hash != l.hash):
 				continue
 			}
 			if f.Address != "" && f.Address != l.addr {
@@ -149,6 +164,7 @@ type harness struct {
 	n       *node
 	now     time.Time
 	out     [][]byte // delivered results, in order (live ones resolved)
+	outKeys []string // the key of each of out
 	unans   []Send   // requests the node left unanswered
 	heads   int
 	logs    int
@@ -186,9 +202,11 @@ func (h *harness) collect(e Effects, live []byte) {
 				h.t.Fatalf("a Live delivery outside Push")
 			}
 			h.out = append(h.out, append([]byte(nil), live...))
+			h.outKeys = append(h.outKeys, d.Key)
 			continue
 		}
 		h.out = append(h.out, d.Result)
+		h.outKeys = append(h.outKeys, d.Key)
 	}
 	h.heads += e.HeadsBackfilled
 	h.logs += e.LogsBackfilled

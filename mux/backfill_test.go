@@ -87,6 +87,9 @@ func (c *fakeChain) answer(fc *fakeConn, r fakeReq) bool {
 	case "eth_getBlockByNumber", "eth_getBlockByHash":
 		var q string
 		_ = json.Unmarshal(p[0], &q)
+		if q == "latest" {
+			q = fmt.Sprintf("0x%x", c.head)
+		}
 		res := "null"
 		for n := uint64(0); n <= c.head; n++ {
 			if (r.Method == "eth_getBlockByNumber" && q == fmt.Sprintf("0x%x", n)) || q == c.hashAt(n) {
@@ -95,10 +98,21 @@ func (c *fakeChain) answer(fc *fakeConn, r fakeReq) bool {
 		}
 		fc.Send(resultFrame(r.ID, res))
 	case "eth_getLogs":
-		var f struct{ FromBlock, ToBlock string }
+		var f struct{ FromBlock, ToBlock, BlockHash string }
 		_ = json.Unmarshal(p[0], &f)
-		from, _ := strconv.ParseUint(f.FromBlock[2:], 16, 64)
-		to, _ := strconv.ParseUint(f.ToBlock[2:], 16, 64)
+		var from, to uint64
+		if f.BlockHash != "" {
+			// By hash (a few blocks missed): that block, if canonical.
+			from, to = 1, 0
+			for n := uint64(0); n <= c.head; n++ {
+				if c.hashAt(n) == f.BlockHash {
+					from, to = n, n
+				}
+			}
+		} else {
+			from, _ = strconv.ParseUint(f.FromBlock[2:], 16, 64)
+			to, _ = strconv.ParseUint(f.ToBlock[2:], 16, 64)
+		}
 		var logs []string
 		for n := from; n <= min(to, c.head); n++ {
 			logs = append(logs, c.logOf(n, 0, false), c.logOf(n, 1, false))

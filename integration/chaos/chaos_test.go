@@ -35,20 +35,11 @@ const (
 	// timeout/20, plus scheduling under -race on a small box.
 	slack       = 1500 * time.Millisecond
 	maxInFlight = 6 // units (single request or batch) outstanding per client
+	// reconnectMax bounds muxd's backoff between upstream dials.
+	reconnectMax = time.Second
 )
 
 var retryMethods = []string{"eth_call", "eth_getBalance", "eth_blockNumber", "eth_chainId", "eth_getLogs", "eth_getCode"}
-
-// logsVariants are the eth_subscribe params clients choose from. A few
-// variants shared by many clients exercise the shared upstream
-// subscriptions; a push carrying the wrong variant's params is crosstalk.
-var subVariants = func() []string {
-	v := []string{`["newHeads"]`}
-	for i := range 6 {
-		v = append(v, fmt.Sprintf(`["logs",{"address":"0x%040x","topics":[["0x%064x"]]}]`, i+1, i*7+3))
-	}
-	return v
-}()
 
 func TestChaos(t *testing.T) {
 	runtime.GC()
@@ -58,6 +49,7 @@ func TestChaos(t *testing.T) {
 	baseG := runtime.NumGoroutine()
 
 	up := newChaosUpstream()
+	gaps := newBreakLog()
 	var upOnce sync.Once
 	closeUp := func() { upOnce.Do(up.Close) }
 	t.Cleanup(closeUp)
@@ -66,7 +58,11 @@ func TestChaos(t *testing.T) {
 		Upstream:       up.URL,
 		RequestTimeout: requestTimeout,
 		PingInterval:   -1,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Every connection is cut within 2 s, so the backoff would
+		// reach its 10 s maximum and the node be away most of the run:
+		// few backfills, each of a gap past backfill_blocks.
+		ReconnectMax: reconnectMax,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -100,16 +96,29 @@ func TestChaos(t *testing.T) {
 	start := time.Now()
 	end := start.Add(trafficFor)
 	clients := make([]*client, numClients)
-	var wg sync.WaitGroup
+	var wg, watching sync.WaitGroup
+	released := make(chan struct{})
 	for i := range clients {
 		c := newClient(t, i)
+		c.chain, c.gaps = up.chain, gaps
 		clients[i] = c
 		wg.Add(1)
+		var watched func()
+		if c.watcher() {
+			watching.Add(1)
+			watched = sync.OnceFunc(watching.Done)
+		}
 		go func() {
 			defer wg.Done()
-			c.run(wsURL, end)
+			if watched != nil {
+				defer watched()
+			}
+			c.run(wsURL, end, watched, released)
 		}()
 	}
+	watching.Wait()
+	checkCaughtUp(t, up, clients)
+	close(released)
 	wg.Wait()
 	t.Logf("clients done after %v", time.Since(start).Round(time.Millisecond))
 
@@ -138,6 +147,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("muxd: reconnects=%v retried=%v pushes=%v dropped=%v slow_consumers=%v", value(m.UpstreamReconnects), value(m.Retried), value(m.Pushes), drops, value(m.SlowConsumers))
 	t.Logf("upstream: conns=%d requests=%d arrays=%d notifications=%d subscribes=%d/%d unsubscribes=%d pushes=%d dup_answers=%d unknown_ids=%d null_ids=%d",
 		up.conns.Load(), up.requests.Load(), up.arrays.Load(), up.notifs.Load(), up.subscribes.Load(), up.subRecv.Load(), up.unsubs.Load(), up.pushes.Load(), up.dups.Load(), up.unknownIDs.Load(), up.nullIDs.Load())
+	checkBackfill(t, m, up, gaps, tot)
 	if up.arrays.Load() == 0 {
 		t.Errorf("no client batch reached the node as an array")
 	}
@@ -191,6 +201,117 @@ func TestChaos(t *testing.T) {
 	t.Logf("goroutines %d -> %d, HeapInuse %d KiB -> %d KiB, total %v", baseG, runtime.NumGoroutine(), baseHeap>>10, ms.HeapInuse>>10, time.Since(start).Round(time.Millisecond))
 }
 
+// checkCaughtUp ends the chaos on the node (no more cut sockets) and waits
+// for every watcher's gap-free subscription to deliver from a block mined
+// after that: a backfill that cannot finish holds every later push, which
+// the checks of each push alone would never see. Whatever the watcher was
+// delivered up to then is held to the same checks as the rest.
+func checkCaughtUp(t *testing.T, up *chaosUpstream, clients []*client) {
+	t.Helper()
+	top := up.calm()
+	calmed := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	// Bounded by a redial and a few request timeouts: on a connection
+	// that stays up every backfill ends within a few round trips, or a
+	// request timeout and its retry.
+	for until := calmed.Add(reconnectMax + 3*requestTimeout + slack); ; <-tick.C {
+		var behind []string
+		for _, c := range clients {
+			if c.watcher() {
+				if ok, where := c.pastBlock(top); !ok {
+					behind = append(behind, fmt.Sprintf("client %d %s", c.n, where))
+				}
+			}
+		}
+		if len(behind) == 0 {
+			t.Logf("watchers caught up with block %d within %v of the node calming down", top, time.Since(calmed).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(until) {
+			t.Errorf("%d watchers were delivered nothing from past block %d within %v of the node calming down (a backfill that never ends holds every later push): %v",
+				len(behind), top, time.Since(calmed).Round(time.Millisecond), behind)
+			return
+		}
+	}
+}
+
+// checkBackfill reports what the backfill did and holds the gaps clients
+// saw in gap-free subscriptions against the gaps muxd counted: a gap muxd
+// did not count is muxd losing a head or a log.
+func checkBackfill(t *testing.T, m *mux.Metrics, up *chaosUpstream, gaps *breakLog, tot clientStats) {
+	t.Helper()
+	counted := map[string]float64{} // kind -> gaps muxd counted for it
+	var byReason []string
+	for _, lv := range collect(m.BackfillGaps) {
+		kind, reason := lv.labels["kind"], lv.labels["reason"]
+		byReason = append(byReason, fmt.Sprintf("%s/%s=%v", kind, reason, lv.value))
+		if reason != "not_backfillable" && reason != "disabled" {
+			counted[kind] += lv.value
+		}
+	}
+	sort.Strings(byReason)
+	var dm dto.Metric
+	_ = m.BackfillDuration.Write(&dm)
+	hist := dm.GetHistogram()
+	chainEvents := func() (blocks, reorgs int) {
+		up.chain.mu.Lock()
+		defer up.chain.mu.Unlock()
+		return len(up.chain.canon), up.chain.reorgs
+	}
+	blocks, reorgs := chainEvents()
+	t.Logf("chain: %d blocks, %d reorgs; node: chain requests=%d (failed=%d null=%d unanswered=%d on purpose) pushes heads=%d logs=%d removed=%d",
+		blocks, reorgs, up.chainReqs.Load(), up.chainFailed.Load(), up.chainNulls.Load(), up.chainSilent.Load(), up.headPushes.Load(), up.logPushes.Load(), up.removedPushes.Load())
+	t.Logf("muxd backfill: heads=%v logs=%v jobs=%d (mean %.0f ms) gaps %v",
+		value(m.BackfilledHeads), value(m.BackfilledLogs), hist.GetSampleCount(), 1000*hist.GetSampleSum()/max(1, float64(hist.GetSampleCount())), byReason)
+	t.Logf("clients: heads=%d (reorgs seen %d) logs=%d removed=%d (of logs delivered before the subscriber joined %d, never delivered %d); breaks seen: newHeads=%d logs=%d",
+		tot.HeadPushes, tot.HeadReorgs, tot.LogPushes, tot.RemovedLogs, tot.RemovedUnseen, tot.RemovedNever, gaps.count("newHeads"), gaps.count("logs"))
+
+	if tot.HeadPushes == 0 || tot.LogPushes == 0 {
+		t.Errorf("gap-free subscriptions not exercised: %d heads, %d logs delivered", tot.HeadPushes, tot.LogPushes)
+	}
+	if value(m.BackfilledHeads) <= 0 || value(m.BackfilledLogs) <= 0 {
+		t.Errorf("no backfill happened: heads=%v logs=%v", value(m.BackfilledHeads), value(m.BackfilledLogs))
+	}
+	for _, kind := range []string{"newHeads", "logs"} {
+		if n := gaps.count(kind); float64(n) > counted[kind] {
+			t.Errorf("%s: clients saw %d distinct gaps, muxd counted %v: it lost pushes without counting; e.g. %q", kind, n, counted[kind], gaps.samples)
+		}
+	}
+	gaps.mu.Lock()
+	for _, d := range gaps.never {
+		t.Errorf("removed:true for a log muxd never delivered: %s", d)
+	}
+	gaps.mu.Unlock()
+}
+
+type labeledValue struct {
+	labels map[string]string
+	value  float64
+}
+
+// collect reads every counter of cv with its labels.
+func collect(cv *prometheus.CounterVec) []labeledValue {
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		cv.Collect(ch)
+		close(ch)
+	}()
+	var out []labeledValue
+	for mt := range ch {
+		var d dto.Metric
+		if mt.Write(&d) != nil {
+			continue
+		}
+		lv := labeledValue{labels: map[string]string{}, value: d.GetCounter().GetValue()}
+		for _, lp := range d.GetLabel() {
+			lv.labels[lp.GetName()] = lp.GetValue()
+		}
+		out = append(out, lv)
+	}
+	return out
+}
+
 func value(c prometheus.Metric) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
@@ -224,9 +345,10 @@ type req struct {
 	sent     time.Time
 	batch    *batch
 	resolved bool
-	subID    string // kindUnsub: the client subscription id
-	subParam string // kindSub: the params subscribed with
-	first    []byte // the first answer, for the report of a second one
+	subID    string   // kindUnsub: the client subscription id
+	subParam *variant // kindSub: the params subscribed with
+	keep     bool     // kindSub: held until the end of the run
+	first    []byte   // the first answer, for the report of a second one
 	firstAt  time.Time
 }
 
@@ -245,14 +367,21 @@ type batch struct {
 
 type liveSub struct {
 	params      string
-	conn, n     int64
-	unsubscribe bool // eth_unsubscribe sent, answer not yet seen
+	kind        pushKind
+	filter      *logFilter // pushLogs
+	keep        bool       // not unsubscribed before the end of the run
+	conn, n     int64      // pushCounter: the last push
+	heads       headCheck  // pushHeads
+	logs        logCheck   // pushLogs
+	unsubscribe bool       // eth_unsubscribe sent, answer not yet seen
 }
 
 type clientStats struct {
 	Sent, Results, Errors, Timeouts, Unavailable, Limits int
 	BatchesSent, BatchesAnswered, Notifications          int
 	SubsSent, SubsLive, Unsubs, Pushes                   int
+	HeadPushes, HeadReorgs, LogPushes, RemovedLogs       int
+	RemovedUnseen, RemovedNever                          int
 }
 
 func (s *clientStats) add(o clientStats) {
@@ -269,14 +398,22 @@ func (s *clientStats) add(o clientStats) {
 	s.SubsLive += o.SubsLive
 	s.Unsubs += o.Unsubs
 	s.Pushes += o.Pushes
+	s.HeadPushes += o.HeadPushes
+	s.HeadReorgs += o.HeadReorgs
+	s.LogPushes += o.LogPushes
+	s.RemovedLogs += o.RemovedLogs
+	s.RemovedUnseen += o.RemovedUnseen
+	s.RemovedNever += o.RemovedNever
 }
 
 var failures atomic.Int64
 
 type client struct {
-	t   *testing.T
-	n   int
-	rng *rand.Rand
+	t     *testing.T
+	n     int
+	rng   *rand.Rand
+	chain *chain    // the node's chain, to check heads and logs against
+	gaps  *breakLog // where gap-free subscriptions broke
 
 	mu          sync.Mutex
 	wake        chan struct{}
@@ -315,7 +452,13 @@ func (c *client) fail(format string, args ...any) {
 	c.t.Errorf("client %d: "+format, append([]any{c.n}, args...)...)
 }
 
-func (c *client) run(url string, end time.Time) {
+// watcher reports whether c holds one gap-free subscription for the whole
+// run (one client in 8).
+func (c *client) watcher() bool { return c.n%8 == 0 }
+
+// run sends traffic until end, then drains. A watcher then calls watched
+// and keeps its subscription until released (the node's calm phase).
+func (c *client) run(url string, end time.Time, watched func(), released <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -344,11 +487,28 @@ func (c *client) run(url string, end time.Time) {
 		}
 	}()
 
+	if c.watcher() {
+		// A watcher: one gap-free subscription for the whole run.
+		c.mu.Lock()
+		v := &subVariants[chainVariants[(c.n/8)%len(chainVariants)]]
+		r := c.subLocked(nil, v)
+		r.keep = true
+		c.outstanding++
+		c.mu.Unlock()
+		if err := conn.Write(ctx, websocket.MessageText, encode(r)); err != nil {
+			c.fail("write: %v", err)
+			return
+		}
+	}
+
 	check := time.NewTicker(250 * time.Millisecond)
 	defer check.Stop()
 	pace := time.NewTimer(0)
 	defer pace.Stop()
+	endT := time.NewTimer(time.Until(end))
+	defer endT.Stop()
 	var lastSent time.Time
+send:
 	for time.Now().Before(end) {
 		// Pace first, then wait for room (an answer) if the window is full.
 		if !waitFor(pace.C, readDone, check, c) {
@@ -361,7 +521,10 @@ func (c *client) run(url string, end time.Time) {
 			if !full {
 				break
 			}
-			if !waitFor(c.wake, readDone, check, c) {
+			if time.Now().After(end) {
+				break send // what is still unanswered is drain's to report
+			}
+			if !waitFor(c.wake, readDone, check, c, endT.C) {
 				return
 			}
 		}
@@ -378,6 +541,12 @@ func (c *client) run(url string, end time.Time) {
 	// be answered within its deadline plus slack.
 	if !c.drain(conn, ctx, lastSent, check, readDone) {
 		return
+	}
+	if watched != nil {
+		watched()
+		if !waitFor(released, readDone, check, c) {
+			return
+		}
 	}
 	c.mu.Lock()
 	var unsubs [][]byte
@@ -408,12 +577,19 @@ func (c *client) run(url string, end time.Time) {
 	<-readDone
 }
 
-// waitFor waits for ch, checking deadlines meanwhile; false when the
+// waitFor waits for ch (or, if given, until[0]: a window that stays full
+// must not outlast the run), checking deadlines meanwhile; false when the
 // connection is gone.
-func waitFor[T any](ch <-chan T, readDone chan struct{}, check *time.Ticker, c *client) bool {
+func waitFor[T any](ch <-chan T, readDone chan struct{}, check *time.Ticker, c *client, until ...<-chan time.Time) bool {
+	var stop <-chan time.Time
+	if len(until) > 0 {
+		stop = until[0]
+	}
 	for {
 		select {
 		case <-ch:
+			return true
+		case <-stop:
 			return true
 		case <-readDone:
 			return false
@@ -517,10 +693,14 @@ func (c *client) notifLocked() []byte {
 	return fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"eth_blockNumber","params":[{"tag":"%s"}]}`, tag)
 }
 
-func (c *client) subLocked(b *batch) *req {
+// subLocked builds an eth_subscribe of v, or of a variant drawn at random
+// when v is nil.
+func (c *client) subLocked(b *batch, v *variant) *req {
 	c.seq++
-	p := subVariants[c.rng.IntN(len(subVariants))]
-	r := &req{id: fmt.Appendf(nil, `"s-%d"`, c.seq), method: "eth_subscribe", params: []byte(p), kind: kindSub, subParam: p, batch: b, sent: time.Now()}
+	if v == nil {
+		v = &subVariants[c.rng.IntN(len(subVariants))]
+	}
+	r := &req{id: fmt.Appendf(nil, `"s-%d"`, c.seq), method: "eth_subscribe", params: []byte(v.params), kind: kindSub, subParam: v, batch: b, sent: time.Now()}
 	c.subReqs[string(r.id)] = r
 	c.stats.SubsSent++
 	return r
@@ -566,7 +746,7 @@ func (c *client) next() []byte {
 				r := c.callLocked(b, prev.id)
 				b.elems = append(b.elems, r)
 			case y < 5 && len(c.live) < 3:
-				b.elems = append(b.elems, c.subLocked(b))
+				b.elems = append(b.elems, c.subLocked(b, nil))
 			default:
 				b.elems = append(b.elems, c.callLocked(b, c.newID()))
 			}
@@ -593,10 +773,10 @@ func (c *client) next() []byte {
 		return append(append([]byte("["), bytes.Join(elems, []byte(","))...), ']')
 	case x < 90 && len(c.live) < 3:
 		c.outstanding++
-		return encode(c.subLocked(nil))
+		return encode(c.subLocked(nil, nil))
 	default:
 		for sid, l := range c.live {
-			if !l.unsubscribe {
+			if !l.unsubscribe && !l.keep {
 				return c.unsubLocked(sid)
 			}
 		}
@@ -619,12 +799,16 @@ type inMsg struct {
 	Method string          `json:"method"`
 	Params *struct {
 		Subscription json.RawMessage `json:"subscription"`
-		Result       struct {
-			N      int64           `json:"n"`
-			Conn   int64           `json:"conn"`
-			Params json.RawMessage `json:"params"`
-		} `json:"result"`
+		Result       json.RawMessage `json:"result"`
 	} `json:"params"`
+}
+
+// counterPush is the payload the node pushes to subscriptions the chain
+// does not feed.
+type counterPush struct {
+	N      int64           `json:"n"`
+	Conn   int64           `json:"conn"`
+	Params json.RawMessage `json:"params"`
 }
 
 type echo struct {
@@ -797,7 +981,8 @@ func (c *client) onSubAnswer(r *req, m *inMsg, msg []byte) {
 		if c.live[sid] != nil || c.dead[sid] {
 			c.fail("subscription id %s handed out twice", sid)
 		}
-		c.live[sid] = &liveSub{params: r.subParam}
+		v := r.subParam
+		c.live[sid] = &liveSub{params: v.params, kind: v.kind, filter: v.filter, keep: r.keep}
 		c.stats.SubsLive++
 	case kindUnsub:
 		if string(m.Result) != "true" {
@@ -825,7 +1010,19 @@ func (c *client) onPush(m *inMsg, msg []byte) {
 		c.fail("push for a subscription this client does not hold: %.300s", msg)
 		return
 	}
-	res := m.Params.Result
+	switch l.kind {
+	case pushHeads:
+		c.onHeadPush(sid, l, m.Params.Result)
+		return
+	case pushLogs:
+		c.onLogPush(sid, l, m.Params.Result)
+		return
+	}
+	var res counterPush
+	if err := json.Unmarshal(m.Params.Result, &res); err != nil {
+		c.fail("push for %s is not the node's payload: %v: %.300s", sid, err, msg)
+		return
+	}
 	if string(res.Params) != l.params {
 		c.fail("push for %s carries params %s, subscribed with %s", sid, res.Params, l.params)
 	}
