@@ -31,7 +31,7 @@ import (
 func ingNewUpstream(t *testing.T) *testnode.Node {
 	t.Helper()
 	up := testnode.New(t)
-	up.AnswerArrays()
+	up.SetArrayHandler((*testnode.Conn).AnswerArray)
 	up.SetHandler(ingSubscribeAndPush)
 	return up
 }

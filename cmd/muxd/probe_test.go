@@ -138,9 +138,8 @@ type probeFake struct {
 	// result of another web3_sha3 request.
 	swapResults bool
 
-	mu    sync.Mutex                        // the handlers of different connections
-	held  map[*testnode.Conn]testnode.Req   // a single waiting for its pair partner
-	batch map[*testnode.Conn][]testnode.Req // the array being read, until its last element
+	mu   sync.Mutex                      // the handlers of different connections
+	held map[*testnode.Conn]testnode.Req // a single waiting for its pair partner
 }
 
 func keccakHex(data string) string {
@@ -179,48 +178,43 @@ func probeAnswer(id json.RawMessage, result string) []byte {
 	return testnode.ResultFrame(id, string(q))
 }
 
-// handle is the node's handler; it runs on each connection's reader, one
-// message at a time.
-func (f *probeFake) handle(fc *testnode.Conn, r testnode.Req) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if r.Array > 0 {
-		f.batch[fc] = append(f.batch[fc], r)
-		if r.Index < r.Array-1 {
-			return
+// handleArray answers an array (the probe's batch) with one array.
+func (f *probeFake) handleArray(fc *testnode.Conn, reqs []testnode.Req) {
+	ids := make([]json.RawMessage, len(reqs))
+	var shaIdx []int
+	for i, q := range reqs {
+		ids[i] = q.ID
+		if q.Method == "web3_sha3" {
+			shaIdx = append(shaIdx, i)
 		}
-		reqs := f.batch[fc]
-		delete(f.batch, fc)
-		ids := make([]json.RawMessage, len(reqs))
-		var shaIdx []int
-		for i, q := range reqs {
-			ids[i] = q.ID
-			if q.Method == "web3_sha3" {
-				shaIdx = append(shaIdx, i)
-			}
-		}
-		if f.swapIDs && len(shaIdx) >= 2 {
-			a, c := shaIdx[0], shaIdx[1]
-			ids[a], ids[c] = ids[c], ids[a]
-		}
-		answers := make([][]byte, len(reqs))
-		for i, q := range reqs {
-			answers[i] = probeAnswer(ids[i], f.result(q))
-		}
-		fc.Send(append(append([]byte{'['}, bytes.Join(answers, []byte{','})...), ']'))
-		return
 	}
+	if f.swapIDs && len(shaIdx) >= 2 {
+		a, c := shaIdx[0], shaIdx[1]
+		ids[a], ids[c] = ids[c], ids[a]
+	}
+	answers := make([][]byte, len(reqs))
+	for i, q := range reqs {
+		answers[i] = probeAnswer(ids[i], f.result(q))
+	}
+	fc.Send(testnode.ArrayFrame(answers))
+}
+
+// handle answers a single request.
+func (f *probeFake) handle(fc *testnode.Conn, r testnode.Req) {
 	if !f.swapIDs {
 		fc.Send(probeAnswer(r.ID, f.result(r)))
 		return
 	}
+	f.mu.Lock()
 	p, ok := f.held[fc]
 	if !ok {
 		f.held[fc] = r
+		f.mu.Unlock()
 		return
 	}
-	// Answer both under each other's id.
 	delete(f.held, fc)
+	f.mu.Unlock()
+	// Answer both under each other's id.
 	fc.Send(probeAnswer(r.ID, f.result(p)))
 	fc.Send(probeAnswer(p.ID, f.result(r)))
 }
@@ -228,9 +222,9 @@ func (f *probeFake) handle(fc *testnode.Conn, r testnode.Req) {
 func startProbeFake(t *testing.T, f *probeFake) string {
 	t.Helper()
 	f.held = map[*testnode.Conn]testnode.Req{}
-	f.batch = map[*testnode.Conn][]testnode.Req{}
 	n := testnode.New(t)
 	n.SetHandler(f.handle)
+	n.SetArrayHandler(f.handleArray)
 	return n.URL
 }
 

@@ -170,6 +170,21 @@ func (fc *Conn) answerOf(r Req) out {
 	}
 }
 
+// AnswerArray answers the calls among reqs (an array frame) as geth
+// answers a batch: with one array of their default answers, in their
+// order, and nothing when none is a call.
+func (fc *Conn) AnswerArray(reqs []Req) {
+	var answers [][]byte
+	for _, r := range reqs {
+		if !r.IsNotification() {
+			answers = append(answers, fc.answerOf(r).b)
+		}
+	}
+	if len(answers) > 0 {
+		fc.Send(ArrayFrame(answers))
+	}
+}
+
 // Subscribe answers eth_subscribe r at once (never reordered) and returns
 // the new upstream subscription id, live from now on.
 func (fc *Conn) Subscribe(r Req) string {

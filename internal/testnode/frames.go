@@ -41,3 +41,8 @@ func ErrorFrame(id json.RawMessage, code int, msg string) []byte {
 func PushFrame(upID, result string) []byte {
 	return []byte(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":` + upID + `,"result":` + result + `}}`)
 }
+
+// ArrayFrame joins parts into one JSON array.
+func ArrayFrame(parts [][]byte) []byte {
+	return append(append([]byte{'['}, bytes.Join(parts, []byte{','})...), ']')
+}

@@ -68,9 +68,10 @@ type Node struct {
 	// stacked by the reader and written, newest first, by a writer
 	// goroutine whenever it gets to run.
 	reorder bool
-	// arrays makes the default answers to an array's elements one array,
-	// in the elements' order, as geth answers a batch.
-	arrays bool
+	// handleArray, when set, is called on the connection's reader
+	// goroutine with every array frame's messages, instead of handle (or
+	// the default answer) for each.
+	handleArray func(fc *Conn, reqs []Req)
 	// malformed counts frames that were not valid JSON.
 	malformed int
 	// batches counts frames that were JSON arrays.
@@ -129,12 +130,12 @@ func (f *Node) Reorder() {
 	f.mu.Unlock()
 }
 
-// AnswerArrays makes the node answer an array frame itself, with one
-// array of the default answers to its calls in their order, as geth
-// answers a batch; the handler does not see the array's elements.
-func (f *Node) AnswerArrays() {
+// SetArrayHandler hands every array frame's messages, from now on, to h
+// at once instead of one by one to the handler. (*Conn).AnswerArray
+// answers them as geth answers a batch.
+func (f *Node) SetArrayHandler(h func(fc *Conn, reqs []Req)) {
 	f.mu.Lock()
-	f.arrays = true
+	f.handleArray = h
 	f.mu.Unlock()
 }
 
@@ -327,36 +328,27 @@ func (f *Node) received(fc *Conn, b []byte) bool {
 	if len(msgs) > 0 && (len(elems) > 1 || isArray) {
 		array = len(elems)
 	}
-	f.mu.Lock()
-	collect := f.arrays && array > 0
-	f.mu.Unlock()
-	var collected [][]byte // default answers of the array's elements
+	reqs := make([]Req, len(elems))
 	for i, e := range elems {
 		m := msgs[i]
-		r := Req{Raw: e, ID: m.ID, Method: m.Method, Params: m.Params, Frame: fc.frames, Array: array, Index: i}
-		f.mu.Lock()
-		fc.reqs = append(fc.reqs, r)
-		h := f.handle
-		f.notifyLocked()
-		f.mu.Unlock()
-		switch {
-		case collect:
-			if r.IsNotification() {
-				break
-			}
-			if o := fc.answerOf(r); o.sub == "" {
-				collected = append(collected, o.b)
-			} else {
-				fc.send(o)
-			}
-		case h != nil:
+		reqs[i] = Req{Raw: e, ID: m.ID, Method: m.Method, Params: m.Params, Frame: fc.frames, Array: array, Index: i}
+	}
+	f.mu.Lock()
+	fc.reqs = append(fc.reqs, reqs...)
+	h, ha := f.handle, f.handleArray
+	f.notifyLocked()
+	f.mu.Unlock()
+	switch {
+	case array > 0 && ha != nil:
+		ha(fc, reqs)
+	case h != nil:
+		for _, r := range reqs {
 			h(fc, r)
-		default:
+		}
+	default:
+		for _, r := range reqs {
 			fc.Answer(r)
 		}
-	}
-	if len(collected) > 0 {
-		fc.send(out{b: append(append([]byte{'['}, bytes.Join(collected, []byte{','})...), ']')})
 	}
 	return true
 }

@@ -20,7 +20,14 @@ type Connector interface {
 // test after Timeout. It waits on srv's change channel, never by sleeping.
 func WaitConnected(t testing.TB, srv Connector, want bool) {
 	t.Helper()
-	deadline := time.NewTimer(Timeout)
+	WaitConnectedWithin(t, srv, want, Timeout)
+}
+
+// WaitConnectedWithin is WaitConnected with a deadline of d instead of
+// Timeout, for a real node that takes longer to start.
+func WaitConnectedWithin(t testing.TB, srv Connector, want bool, d time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
 		up, ch := srv.Connected()
@@ -30,7 +37,7 @@ func WaitConnected(t testing.TB, srv Connector, want bool) {
 		select {
 		case <-ch:
 		case <-deadline.C:
-			t.Fatalf("upstream connected never became %v", want)
+			t.Fatalf("upstream connected never became %v in %v", want, d)
 		}
 	}
 }
