@@ -1,9 +1,9 @@
 package testnode
 
 import (
+	"fmt"
 	"sync"
 	"testing"
-	"time"
 )
 
 // Holder is a Node handler that holds the requests of chosen methods
@@ -51,24 +51,17 @@ func (h *Holder) Handle(fc *Conn, r Req) {
 // arrival order.
 func (h *Holder) TakeN(t testing.TB, n int) []Held {
 	t.Helper()
-	deadline := time.NewTimer(Timeout)
-	defer deadline.Stop()
-	for {
+	var out []Held
+	Await(t, fmt.Sprintf("%d held requests", n), func() (bool, <-chan struct{}) {
 		h.mu.Lock()
-		ch := h.changed
-		if len(h.held) >= n {
-			out := h.held
-			h.held = nil
-			h.mu.Unlock()
-			return out
+		defer h.mu.Unlock()
+		if len(h.held) < n {
+			return false, h.changed
 		}
-		h.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("holder: timed out waiting for %d held requests", n)
-		}
-	}
+		out, h.held = h.held, nil
+		return true, nil
+	})
+	return out
 }
 
 // Take returns what is held and forgets it.

@@ -2,10 +2,10 @@ package testnode
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // LockedBuffer is a bytes.Buffer safe for a logger's goroutines: tests
@@ -39,23 +39,22 @@ func (b *LockedBuffer) String() string {
 // sleeping.
 func (b *LockedBuffer) WaitFor(t testing.TB, text string) {
 	t.Helper()
-	deadline := time.NewTimer(Timeout)
-	defer deadline.Stop()
-	for {
+	found := false
+	defer func() { // also as Await's Fatalf ends the test's goroutine
+		if !found {
+			t.Logf("the log holds:\n%s", b)
+		}
+	}()
+	Await(t, fmt.Sprintf("the log to hold %q", text), func() (bool, <-chan struct{}) {
 		b.mu.Lock()
+		defer b.mu.Unlock()
 		if strings.Contains(b.b.String(), text) {
-			b.mu.Unlock()
-			return
+			found = true
+			return true, nil
 		}
 		if b.changed == nil {
 			b.changed = make(chan struct{})
 		}
-		ch := b.changed
-		b.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("never logged %q:\n%s", text, b.String())
-		}
-	}
+		return false, b.changed
+	})
 }

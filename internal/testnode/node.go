@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 )
@@ -167,21 +166,12 @@ func (f *Node) notifyLocked() {
 // sleeping.
 func (f *Node) Wait(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(Timeout)
-	defer deadline.Stop()
-	for {
+	Await(t, what, func() (bool, <-chan struct{}) {
 		f.mu.Lock()
 		ch := f.changed
 		f.mu.Unlock()
-		if cond() {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("fake node: timed out waiting for %s", what)
-		}
-	}
+		return cond(), ch
+	})
 }
 
 // Conn returns connection n (1-based), waiting for it to be made.

@@ -1,6 +1,7 @@
 package testnode
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,33 @@ type Connector interface {
 	Connected() (bool, <-chan struct{})
 }
 
+// Await waits until state reports done, failing the test with what after
+// Timeout. state returns whether the wait is over and, when it is not, a
+// channel closed on the next change (read in the same step, so that no
+// change is missed); Await never sleeps.
+func Await(t testing.TB, what string, state func() (done bool, changed <-chan struct{})) {
+	t.Helper()
+	AwaitWithin(t, what, Timeout, state)
+}
+
+// AwaitWithin is Await with a deadline of d instead of Timeout.
+func AwaitWithin(t testing.TB, what string, d time.Duration, state func() (done bool, changed <-chan struct{})) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		done, ch := state()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
+}
+
 // WaitConnected waits until srv's upstream state is want, failing the
 // test after Timeout. It waits on srv's change channel, never by sleeping.
 func WaitConnected(t testing.TB, srv Connector, want bool) {
@@ -27,19 +55,10 @@ func WaitConnected(t testing.TB, srv Connector, want bool) {
 // Timeout, for a real node that takes longer to start.
 func WaitConnectedWithin(t testing.TB, srv Connector, want bool, d time.Duration) {
 	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
+	AwaitWithin(t, fmt.Sprintf("upstream connected to become %v", want), d, func() (bool, <-chan struct{}) {
 		up, ch := srv.Connected()
-		if up == want {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("upstream connected never became %v in %v", want, d)
-		}
-	}
+		return up == want, ch
+	})
 }
 
 // WaitGroup waits for wg, failing the test if it takes longer than
