@@ -114,8 +114,8 @@ func TestBatches(t *testing.T) {
 		// The node got the batch as one array, in the client's order,
 		// the notification in its place.
 		reqs := h.fake.Received()
-		if len(reqs) != 4 || h.fake.counts().batches != 1 {
-			t.Errorf("upstream got %d messages (%d arrays), want the 4 elements in one array", len(reqs), h.fake.counts().batches)
+		if len(reqs) != 4 || h.fake.Counts().Batches != 1 {
+			t.Errorf("upstream got %d messages (%d arrays), want the 4 elements in one array", len(reqs), h.fake.Counts().Batches)
 		}
 		for i, m := range []string{"eth_a", "eth_note", "eth_b", "eth_c"} {
 			if i < len(reqs) && reqs[i].Method != m {
@@ -191,7 +191,7 @@ func TestBatches(t *testing.T) {
 
 	t.Run("duplicate ids", func(t *testing.T) {
 		t.Parallel()
-		h := newHarness(t, harnessOpts{fake: func(f *fakeUpstream) { f.reorder = true }})
+		h := newHarness(t, harnessOpts{fake: func(f *fakeUpstream) { f.Reorder() }})
 		c := h.dial(t)
 		got := parseBatch(t, c.call(`[
 			{"jsonrpc":"2.0","id":7,"method":"eth_d","params":["a"]},
@@ -268,8 +268,8 @@ func TestInvalidInput(t *testing.T) {
 	if n := h.fake.NumConns(); n != 1 {
 		t.Errorf("upstream connections = %d, want 1", n)
 	}
-	if h.fake.counts().malformed != 0 {
-		t.Errorf("upstream received %d malformed frames", h.fake.counts().malformed)
+	if h.fake.Counts().Malformed != 0 {
+		t.Errorf("upstream received %d malformed frames", h.fake.Counts().Malformed)
 	}
 }
 

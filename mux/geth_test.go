@@ -109,5 +109,5 @@ func TestGethClient(t *testing.T) {
 		}
 	}
 	sub.Unsubscribe()
-	h.fake.Wait(t, "eth_unsubscribe upstream", func() bool { return len(fc.unsubs) == 1 && len(fc.subs) == 0 })
+	h.fake.Wait(t, "eth_unsubscribe upstream", func() bool { return len(fc.Unsubs()) == 1 && len(fc.LiveSubs()) == 0 })
 }

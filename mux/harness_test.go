@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/muxd/muxd/core"
+	"github.com/muxd/muxd/internal/testnode"
 )
 
 // testLogger logs through t.Log while the test runs and drops whatever a
@@ -133,24 +134,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 // waitUp waits until the server's upstream state is want.
 func (h *harness) waitUp(t *testing.T, want bool) {
 	t.Helper()
-	waitConnected(t, h.srv, want)
-}
-
-func waitConnected(t *testing.T, srv *Server, want bool) {
-	t.Helper()
-	deadline := time.NewTimer(testTimeout)
-	defer deadline.Stop()
-	for {
-		up, ch := srv.Connected()
-		if up == want {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("upstream connected never became %v", want)
-		}
-	}
+	testnode.WaitConnected(t, h.srv, want)
 }
 
 // hookListener lets a test adjust accepted connections.
@@ -193,19 +177,6 @@ func (h *harness) clientIDs() (ids []uint64) {
 		ids = append(ids, uint64(id))
 	}
 	return ids
-}
-
-// eventually polls cond until it holds. It is only for muxd's internal
-// state, which offers no event to wait on.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // wsClient is a raw WebSocket client that sees muxd's frames byte for byte.

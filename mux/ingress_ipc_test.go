@@ -272,5 +272,5 @@ func TestIPCHalfCloseReleasesSubscriptions(t *testing.T) {
 		t.Fatalf("eth_subscribe answered %s", answers[0])
 	}
 	fc := h.fake.Conn(t, 1)
-	h.fake.Wait(t, "the subscription to be released upstream", func() bool { return len(fc.subs) == 0 && len(fc.unsubs) == 1 })
+	h.fake.Wait(t, "the subscription to be released upstream", func() bool { return len(fc.LiveSubs()) == 0 && len(fc.Unsubs()) == 1 })
 }

@@ -2,7 +2,6 @@ package mux_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,8 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,181 +21,38 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
 
-// ingUpstream is a minimal fake node. Every request is answered with
-// {"m":method,"p":params}, so an answer routed to the wrong request shows.
-// Method "slow" is answered after 200 ms; eth_subscribe is answered with
-// subscription "0xfeed" followed by two pushes.
-type ingUpstream struct {
-	srv    *httptest.Server
-	refuse atomic.Bool
-
-	mu      sync.Mutex
-	methods []string
-	conns   map[*websocket.Conn]bool
-	newConn chan struct{} // signalled each time a connection is registered
-}
-
-const ingSubID = `"0xfeed"`
-
-func ingNewUpstream(t *testing.T) *ingUpstream {
+// ingNewUpstream is the fake node these tests use: it answers a batch
+// with one array, as geth does, and eth_subscribe with a subscription
+// followed by two pushes ({"number":"0x1"}, then "0x2").
+func ingNewUpstream(t *testing.T) *testnode.Node {
 	t.Helper()
-	u := &ingUpstream{conns: map[*websocket.Conn]bool{}, newConn: make(chan struct{}, 1)}
-	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(u.srv.Close)
-	return u
+	up := testnode.New(t)
+	up.SetArrayHandler((*testnode.Conn).AnswerArray)
+	up.SetHandler(ingSubscribeAndPush)
+	return up
 }
 
-func (u *ingUpstream) url() string { return "ws" + strings.TrimPrefix(u.srv.URL, "http") }
-
-func (u *ingUpstream) serve(w http.ResponseWriter, r *http.Request) {
-	if u.refuse.Load() {
-		http.Error(w, "down", http.StatusServiceUnavailable)
+func ingSubscribeAndPush(fc *testnode.Conn, r testnode.Req) {
+	if r.Method != "eth_subscribe" {
+		fc.Answer(r)
 		return
 	}
-	c, err := websocket.Accept(w, r, nil)
-	if err != nil {
-		return
-	}
-	u.mu.Lock()
-	u.conns[c] = true
-	u.mu.Unlock()
-	select {
-	case u.newConn <- struct{}{}:
-	default:
-	}
-	defer func() {
-		u.mu.Lock()
-		delete(u.conns, c)
-		u.mu.Unlock()
-		c.CloseNow()
-	}()
-	ctx := r.Context()
-	for {
-		_, msg, err := c.Read(ctx)
-		if err != nil {
-			return
-		}
-		if t := bytes.TrimLeft(msg, " \t\r\n"); len(t) > 0 && t[0] == '[' {
-			// A batch is run in order and answered with one array, as
-			// geth does.
-			if arr := u.answerArray(msg); arr != nil {
-				c.Write(ctx, websocket.MessageText, arr)
-			}
-			continue
-		}
-		var req struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params json.RawMessage `json:"params"`
-		}
-		if json.Unmarshal(msg, &req) != nil {
-			continue
-		}
-		u.mu.Lock()
-		u.methods = append(u.methods, req.Method)
-		u.mu.Unlock()
-		if req.ID == nil {
-			continue
-		}
-		if req.Params == nil {
-			req.Params = json.RawMessage("null")
-		}
-		resp := []byte(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":{"m":"` + req.Method + `","p":` + string(req.Params) + `}}`)
-		switch req.Method {
-		case "slow":
-			go func() {
-				t := time.NewTimer(200 * time.Millisecond)
-				defer t.Stop()
-				select {
-				case <-t.C:
-					c.Write(context.Background(), websocket.MessageText, resp)
-				case <-ctx.Done():
-				}
-			}()
-			continue
-		case "eth_subscribe":
-			c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":`+string(req.ID)+`,"result":`+ingSubID+`}`))
-			for i := 1; i <= 2; i++ {
-				c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":`+ingSubID+`,"result":{"number":"0x`+string(rune('0'+i))+`"}}}`))
-			}
-			continue
-		case "eth_unsubscribe":
-			resp = []byte(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":true}`)
-		}
-		c.Write(ctx, websocket.MessageText, resp)
-	}
-}
-
-// answerArray answers a batch: one array of the answers to its calls, nil
-// when it holds none.
-func (u *ingUpstream) answerArray(msg []byte) []byte {
-	var elems []struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params json.RawMessage `json:"params"`
-	}
-	if json.Unmarshal(msg, &elems) != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range elems {
-		u.mu.Lock()
-		u.methods = append(u.methods, e.Method)
-		u.mu.Unlock()
-		if e.ID == nil {
-			continue
-		}
-		if e.Params == nil {
-			e.Params = json.RawMessage("null")
-		}
-		out = append(out, `{"jsonrpc":"2.0","id":`+string(e.ID)+`,"result":{"m":"`+e.Method+`","p":`+string(e.Params)+`}}`)
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return []byte("[" + strings.Join(out, ",") + "]")
-}
-
-// seen reports whether the node has received method.
-func (u *ingUpstream) seen(method string) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for _, m := range u.methods {
-		if m == method {
-			return true
-		}
-	}
-	return false
-}
-
-// drop cuts every connection. muxd may report itself connected before this
-// side has registered the connection, so drop waits for at least one.
-func (u *ingUpstream) drop() {
-	u.mu.Lock()
-	for len(u.conns) == 0 {
-		u.mu.Unlock()
-		select {
-		case <-u.newConn:
-		case <-time.After(10 * time.Second):
-			return
-		}
-		u.mu.Lock()
-	}
-	defer u.mu.Unlock()
-	for c := range u.conns {
-		c.CloseNow()
+	id := fc.Subscribe(r)
+	for i := 1; i <= 2; i++ {
+		fc.Push(id, `{"number":"0x`+string(rune('0'+i))+`"}`)
 	}
 }
 
 // ingServer starts a Server on up (Run in the background) and waits until
 // it is connected.
-func ingServer(t *testing.T, up *ingUpstream, reg prometheus.Registerer, mod func(*mux.Config)) *mux.Server {
+func ingServer(t *testing.T, up *testnode.Node, reg prometheus.Registerer, mod func(*mux.Config)) *mux.Server {
 	t.Helper()
 	cfg := mux.Config{
-		Upstream:   up.url(),
+		Upstream:   up.URL,
 		Logger:     slog.New(slog.DiscardHandler),
 		Registerer: reg,
 	}
@@ -219,26 +73,10 @@ func ingServer(t *testing.T, up *ingUpstream, reg prometheus.Registerer, mod fun
 		cancel()
 		<-done
 	})
-	if !up.refuse.Load() {
-		ingWaitConnected(t, srv, true)
+	if !up.Refused() {
+		testnode.WaitConnected(t, srv, true)
 	}
 	return srv
-}
-
-func ingWaitConnected(t *testing.T, srv *mux.Server, want bool) {
-	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		up, changed := srv.Connected()
-		if up == want {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("upstream connected never became %v", want)
-		}
-	}
 }
 
 // ingHTTP serves srv over HTTP and returns its base URL.
@@ -256,8 +94,8 @@ func ingCtx(t *testing.T) context.Context {
 }
 
 type ingResult struct {
-	M string          `json:"m"`
-	P json.RawMessage `json:"p"`
+	M string          `json:"method"`
+	P json.RawMessage `json:"params"`
 }
 
 func ingCheckResult(t *testing.T, got ingResult, method, params string) {
@@ -314,10 +152,10 @@ func TestIngressHTTPClient(t *testing.T) {
 	if err := c.CallContext(ingCtx(t), &r, "eth_chainId"); err != nil {
 		t.Fatal(err)
 	}
-	if up.seen("admin_peers") {
+	if up.Seen("admin_peers") > 0 {
 		t.Fatal("denied method reached the upstream")
 	}
-	if !up.seen("eth_chainId") {
+	if up.Seen("eth_chainId") == 0 {
 		t.Fatal("eth_chainId never reached the upstream")
 	}
 
@@ -347,9 +185,9 @@ func TestIngressHTTPErrors(t *testing.T) {
 		{"GET root health check", "GET", "/", "", "", "", http.StatusOK, ""},
 		{"PUT", "PUT", "/", "", "application/json", "{}", http.StatusMethodNotAllowed, ""},
 		{"wrong content type", "POST", "/", "", "text/plain", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusUnsupportedMediaType, "content type"},
-		{"json-rpc content type (geth accepts it)", "POST", "/", "", "application/json-rpc", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"m":"eth_chainId"`},
-		{"jsonrequest content type (geth accepts it)", "POST", "/", "", "application/jsonrequest", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"m":"eth_chainId"`},
-		{"json with charset", "POST", "/", "", "application/json; charset=utf-8", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"m":"eth_chainId"`},
+		{"json-rpc content type (geth accepts it)", "POST", "/", "", "application/json-rpc", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"method":"eth_chainId"`},
+		{"jsonrequest content type (geth accepts it)", "POST", "/", "", "application/jsonrequest", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"method":"eth_chainId"`},
+		{"json with charset", "POST", "/", "", "application/json; charset=utf-8", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"method":"eth_chainId"`},
 		{"body too large", "POST", "/", "", "application/json", `{"jsonrpc":"2.0","id":1,"method":"x","params":["` + strings.Repeat("a", 2048) + `"]}`, http.StatusRequestEntityTooLarge, ""},
 		{"notification", "POST", "/", "", "application/json", `{"jsonrpc":"2.0","method":"eth_chainId"}`, http.StatusOK, ""},
 		{"batch of notifications", "POST", "/", "", "application/json", `[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","method":"b"}]`, http.StatusOK, ""},
@@ -357,7 +195,7 @@ func TestIngressHTTPErrors(t *testing.T) {
 		{"empty batch", "POST", "/", "", "application/json", `[]`, http.StatusOK, `"code":-32600`},
 		{"foreign host", "POST", "/", "evil.example", "application/json", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusForbidden, "invalid host"},
 		{"foreign host with port", "POST", "/", "evil.example:" + port, "application/json", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusForbidden, ""},
-		{"localhost with port", "POST", "/", "localhost:" + port, "application/json", `{"jsonrpc":"2.0","id":"h","method":"eth_chainId"}`, http.StatusOK, `"id":"h","result":{"m":"eth_chainId"`},
+		{"localhost with port", "POST", "/", "localhost:" + port, "application/json", `{"jsonrpc":"2.0","id":"h","method":"eth_chainId"}`, http.StatusOK, `"id":"h","result":{"method":"eth_chainId"`},
 		{"ipv6 loopback", "POST", "/", "[::1]:" + port, "application/json", `{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}`, http.StatusOK, `"id":2,`},
 	}
 	for _, tt := range tests {
@@ -389,7 +227,7 @@ func TestIngressHTTPErrors(t *testing.T) {
 			}
 		})
 	}
-	if up.seen("a") != true || up.seen("x") {
+	if up.Seen("a") == 0 || up.Seen("x") > 0 {
 		t.Error("notifications should be forwarded, oversized bodies not")
 	}
 }
@@ -435,7 +273,7 @@ func TestIngressWebSocketOrigin(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, msg, err := c.Read(ctx)
-			if err != nil || !strings.Contains(string(msg), `"m":"eth_chainId"`) {
+			if err != nil || !strings.Contains(string(msg), `"method":"eth_chainId"`) {
 				t.Fatalf("answer %s, %v", msg, err)
 			}
 		})
@@ -572,6 +410,8 @@ func TestIngressIPCListen(t *testing.T) {
 // request sent before it.
 func TestIngressIPCMalformed(t *testing.T) {
 	up := ingNewUpstream(t)
+	hold := testnode.NewHolder("slow")
+	up.SetHandler(hold.Handle)
 	srv := ingServer(t, up, nil, nil)
 	path := ingIPCPath(t)
 	ingServeIPC(t, srv, path)
@@ -587,6 +427,13 @@ func TestIngressIPCMalformed(t *testing.T) {
 	}
 	var lines []string
 	sc := bufio.NewScanner(conn)
+	// The node answers the call only once the parse error has been read.
+	if sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	for _, l := range hold.TakeN(t, 1) {
+		l.Conn.Answer(l.Req)
+	}
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
@@ -595,7 +442,7 @@ func TestIngressIPCMalformed(t *testing.T) {
 	}
 	want := []string{
 		`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}`,
-		`{"jsonrpc":"2.0","id":1,"result":{"m":"slow","p":null}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"method":"slow","params":null}}`,
 	}
 	if len(lines) != 2 || lines[0] != want[0] || lines[1] != want[1] {
 		t.Fatalf("got %q, want %q", lines, want)
@@ -700,27 +547,27 @@ func TestIngressMetrics(t *testing.T) {
 
 func TestIngressReadiness(t *testing.T) {
 	up := ingNewUpstream(t)
-	up.refuse.Store(true)
+	up.Refuse(true)
 	reg := prometheus.NewRegistry()
 	srv := ingServer(t, up, reg, nil)
 	if srv.Ready() {
 		t.Fatal("ready before the upstream was ever up")
 	}
-	up.refuse.Store(false)
-	ingWaitConnected(t, srv, true)
+	up.Refuse(false)
+	testnode.WaitConnected(t, srv, true)
 	if !srv.Ready() || ingMetric(t, reg, "muxd_upstream_connected", nil) != 1 {
 		t.Fatal("not ready with the upstream up")
 	}
 
-	up.refuse.Store(true)
-	up.drop()
-	ingWaitConnected(t, srv, false)
+	up.Refuse(true)
+	up.Conn(t, 1).Drop() // the only connection muxd has made
+	testnode.WaitConnected(t, srv, false)
 	if srv.Ready() || ingMetric(t, reg, "muxd_upstream_connected", nil) != 0 {
 		t.Fatal("still ready after the upstream dropped")
 	}
 
-	up.refuse.Store(false)
-	ingWaitConnected(t, srv, true)
+	up.Refuse(false)
+	testnode.WaitConnected(t, srv, true)
 	if !srv.Ready() {
 		t.Fatal("not ready after the upstream came back")
 	}

@@ -16,80 +16,13 @@ import (
 	"github.com/muxd/muxd/router"
 )
 
-// holder is a fake-upstream handler that keeps the requests of some
-// methods unanswered until the test releases them.
-type holder struct {
-	mu      sync.Mutex
-	methods map[string]bool
-	held    []heldReq
-	changed chan struct{} // closed and replaced when a request is held
-}
-
-type heldReq struct {
-	fc *fakeConn
-	r  fakeReq
-}
-
-func newHolder(methods ...string) *holder {
-	h := &holder{methods: map[string]bool{}, changed: make(chan struct{})}
-	for _, m := range methods {
-		h.methods[m] = true
-	}
-	return h
-}
-
-func (h *holder) handle(fc *fakeConn, r fakeReq) {
-	h.mu.Lock()
-	if h.methods[r.Method] {
-		h.held = append(h.held, heldReq{fc, r})
-		close(h.changed)
-		h.changed = make(chan struct{})
-		h.mu.Unlock()
-		return
-	}
-	h.mu.Unlock()
-	fc.Answer(r)
-}
-
-// takeN waits until at least n requests are held, then takes them all.
-func (h *holder) takeN(t *testing.T, n int) []heldReq {
-	t.Helper()
-	deadline := time.NewTimer(testTimeout)
-	defer deadline.Stop()
-	for {
-		h.mu.Lock()
-		ch := h.changed
-		if len(h.held) >= n {
-			out := h.held
-			h.held = nil
-			h.mu.Unlock()
-			return out
-		}
-		h.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("holder: timed out waiting for %d held requests", n)
-		}
-	}
-}
-
-// take returns what is held and forgets it.
-func (h *holder) take() []heldReq {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := h.held
-	h.held = nil
-	return out
-}
-
 // TestRequestTimeout: a request the node does not answer in time gets
 // -32002 "request timed out"; the late answer is then dropped.
 func TestRequestTimeout(t *testing.T) {
 	t.Parallel()
 	hold := newHolder("eth_slow")
 	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.RequestTimeout = 500 * time.Millisecond }})
-	h.fake.SetHandler(hold.handle)
+	h.fake.SetHandler(hold.Handle)
 	m := h.srv.Metrics()
 	c := h.dial(t)
 
@@ -116,12 +49,12 @@ func TestRequestTimeout(t *testing.T) {
 	}
 
 	// The node answers at last: the answers match nothing and reach no one.
-	late := hold.takeN(t, 2)
+	late := hold.TakeN(t, 2)
 	if len(late) != 2 {
 		t.Fatalf("fake held %d requests, want 2", len(late))
 	}
 	for _, l := range late {
-		l.fc.MustWrite(t, echo(l.r))
+		l.Conn.MustWrite(t, echo(l.Req))
 	}
 	c.barrier()
 	if n := m.DroppedCount(DropUnknownID); n != 2 {
@@ -499,7 +432,7 @@ func TestClientDisconnect(t *testing.T) {
 	// Not parallel: it counts goroutines.
 	hold := newHolder("eth_hold")
 	h := newHarness(t, harnessOpts{})
-	h.fake.SetHandler(hold.handle)
+	h.fake.SetHandler(hold.Handle)
 	m := h.srv.Metrics()
 	fc := h.fake.Conn(t, 1)
 	base := runtime.NumGoroutine()
@@ -525,10 +458,10 @@ func TestClientDisconnect(t *testing.T) {
 		t.Errorf("in flight for the gone client = %d, want 0", n)
 	}
 	// Its subscription is gone upstream too.
-	h.fake.Wait(t, "eth_unsubscribe", func() bool { return len(fc.subs) == 0 && len(fc.unsubs) == 1 })
+	h.fake.Wait(t, "eth_unsubscribe", func() bool { return len(fc.LiveSubs()) == 0 && len(fc.Unsubs()) == 1 })
 
-	for _, l := range hold.take() {
-		l.fc.MustWrite(t, echo(l.r))
+	for _, l := range hold.Take() {
+		l.Conn.MustWrite(t, echo(l.Req))
 	}
 	other := h.dial(t)
 	other.barrier() // after the late answers and the answer to eth_unsubscribe

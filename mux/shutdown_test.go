@@ -23,7 +23,7 @@ import (
 func TestShutdownPastGrace(t *testing.T) {
 	hold := newHolder("eth_call", "eth_subscribe")
 	h := newHarness(t, harnessOpts{})
-	h.fake.SetHandler(hold.handle)
+	h.fake.SetHandler(hold.Handle)
 	fc := h.fake.Conn(t, 1)
 	c := h.dial(t)
 	c.send(`{"jsonrpc":"2.0","id":"call","method":"eth_call","params":[{}]}`)
@@ -82,7 +82,7 @@ func TestShutdownPastGrace(t *testing.T) {
 func TestIPCParseErrorWaitsForSubscribe(t *testing.T) {
 	hold := newHolder("eth_subscribe")
 	h := newHarness(t, harnessOpts{})
-	h.fake.SetHandler(hold.handle)
+	h.fake.SetHandler(hold.Handle)
 	fc := h.fake.Conn(t, 1)
 	dir, err := os.MkdirTemp("", "muxd-ipc")
 	if err != nil {
@@ -114,8 +114,8 @@ func TestIPCParseErrorWaitsForSubscribe(t *testing.T) {
 		t.Fatalf("first line: %v", err)
 	}
 	wantError(t, parseResp(t, line), "null", -32700, "parse error")
-	for _, l := range hold.takeN(t, 1) {
-		fc.Subscribe(l.r)
+	for _, l := range hold.TakeN(t, 1) {
+		fc.Subscribe(l.Req)
 	}
 	line, err = rd.ReadBytes('\n')
 	if err != nil {

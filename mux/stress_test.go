@@ -178,7 +178,7 @@ func (p *stressPlan) run(url string) error {
 func TestStress(t *testing.T) {
 	const clients, requests = 50, 1000
 	h := newHarness(t, harnessOpts{
-		fake: func(f *fakeUpstream) { f.reorder = true },
+		fake: func(f *fakeUpstream) { f.Reorder() },
 		cfg: func(c *Config) {
 			c.Logger = discardLogger()
 			c.RequestTimeout = time.Minute
@@ -212,7 +212,7 @@ func TestStress(t *testing.T) {
 	fc := h.fake.Conn(t, 1)
 	h.fake.Wait(t, "every notification upstream", func() bool {
 		n := 0
-		for _, r := range fc.reqs {
+		for _, r := range fc.Reqs() {
 			if r.IsNotification() {
 				n++
 			}

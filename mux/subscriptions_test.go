@@ -70,7 +70,7 @@ func TestSubscriptions(t *testing.T) {
 		if got := c2.unsubscribe(`2`, s2); got != "true" {
 			t.Fatalf("unsubscribe answered %s, want true", got)
 		}
-		h.fake.Wait(t, "eth_unsubscribe upstream", func() bool { return len(fc.unsubs) > 0 })
+		h.fake.Wait(t, "eth_unsubscribe upstream", func() bool { return len(fc.Unsubs()) > 0 })
 		c2.barrier()
 		if u := fc.Unsubs(); len(u) != 1 || u[0] != up {
 			t.Errorf("upstream unsubscribes = %v, want exactly [%s]", u, up)
@@ -311,15 +311,15 @@ func TestSubscriptions(t *testing.T) {
 		// are held and follow it; none is lost.
 		hold := newHolder("eth_slow")
 		h := newHarness(t, harnessOpts{})
-		h.fake.SetHandler(hold.handle)
+		h.fake.SetHandler(hold.Handle)
 		c := h.dial(t)
 		c.send(`[{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]},{"jsonrpc":"2.0","id":2,"method":"eth_slow","params":[]}]`)
 		fc := h.fake.Conn(t, 1)
 		fc.WaitLiveSubs(t, 1)
 		fc.PushAll(t, `"early"`)
 		held := fc.WaitReqs(t, 2)
-		for _, l := range hold.takeN(t, 1) { // WaitReqs counts a request before the holder has it
-			fc.MustWrite(t, echo(l.r))
+		for _, l := range hold.TakeN(t, 1) { // WaitReqs counts a request before the holder has it
+			fc.MustWrite(t, echo(l.Req))
 		}
 		got := parseBatch(t, c.recv())
 		var sub string
@@ -342,7 +342,7 @@ func TestSubscriptions(t *testing.T) {
 		// queue bound: past it the client is a slow consumer.
 		hold := newHolder("eth_slow")
 		h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.OutboundQueueBytes = 4 << 10; c.RequestTimeout = time.Minute }})
-		h.fake.SetHandler(hold.handle)
+		h.fake.SetHandler(hold.Handle)
 		c := h.dial(t)
 		c.send(`[{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]},{"jsonrpc":"2.0","id":2,"method":"eth_slow","params":[]}]`)
 		fc := h.fake.Conn(t, 1)
@@ -365,7 +365,7 @@ func TestSubscriptions(t *testing.T) {
 		// subscription must remain, and each push arrive once.
 		hold := newHolder("eth_subscribe")
 		h := newHarness(t, harnessOpts{})
-		h.fake.SetHandler(hold.handle)
+		h.fake.SetHandler(hold.Handle)
 		fc := h.fake.Conn(t, 1)
 		c1 := h.dial(t)
 		c1.send(`{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}`)
@@ -374,22 +374,22 @@ func TestSubscriptions(t *testing.T) {
 		eventually(t, "the first client to be gone", func() bool { return len(h.clientIDs()) == 0 })
 		c2 := h.dial(t)
 		c2.send(`{"jsonrpc":"2.0","id":2,"method":"eth_subscribe","params":["newHeads"]}`)
-		for _, l := range hold.takeN(t, 2) { // in arrival order
-			fc.Subscribe(l.r)
+		for _, l := range hold.TakeN(t, 2) { // in arrival order
+			fc.Subscribe(l.Req)
 		}
 		r := parseResp(t, c2.recv())
 		sub := string(r.Result)
 		if !subIDPattern.MatchString(sub) || string(r.ID) != `2` {
 			t.Fatalf("subscribe answer %s", r.Raw)
 		}
-		h.fake.Wait(t, "one live upstream subscription", func() bool { return len(fc.subs) == 1 })
+		h.fake.Wait(t, "one live upstream subscription", func() bool { return len(fc.LiveSubs()) == 1 })
 		fc.PushAll(t, `"once"`)
 		c2.recvPush(sub, `"once"`)
 		c2.barrier()
 		if c2.unsubscribe(`3`, sub) != "true" {
 			t.Fatal("unsubscribe failed")
 		}
-		h.fake.Wait(t, "no live upstream subscription", func() bool { return len(fc.subs) == 0 })
+		h.fake.Wait(t, "no live upstream subscription", func() bool { return len(fc.LiveSubs()) == 0 })
 		var up int
 		up = h.stats().UpstreamSubs
 		if up != 0 {
@@ -404,15 +404,15 @@ func TestSubscriptions(t *testing.T) {
 		// the key, so muxd unsubscribes it instead of leaving it orphaned.
 		hold := newHolder("eth_subscribe")
 		h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.RequestTimeout = 200 * time.Millisecond }})
-		h.fake.SetHandler(hold.handle)
+		h.fake.SetHandler(hold.Handle)
 		fc := h.fake.Conn(t, 1)
 		c := h.dial(t)
 		r := parseResp(t, c.call(`{"jsonrpc":"2.0","id":"late","method":"eth_subscribe","params":["newHeads"]}`))
 		wantError(t, r, `"late"`, -32002, "request timed out")
-		held := hold.takeN(t, 1)
-		up := fc.Subscribe(held[0].r)
-		h.fake.Wait(t, "eth_unsubscribe of the orphan", func() bool { return len(fc.unsubs) == 1 })
-		h.fake.Wait(t, "no live upstream subscription", func() bool { return len(fc.subs) == 0 })
+		held := hold.TakeN(t, 1)
+		up := fc.Subscribe(held[0].Req)
+		h.fake.Wait(t, "eth_unsubscribe of the orphan", func() bool { return len(fc.Unsubs()) == 1 })
+		h.fake.Wait(t, "no live upstream subscription", func() bool { return len(fc.LiveSubs()) == 0 })
 		// A push the node still sends for it reaches nobody: the barrier's
 		// answer is the next thing the client reads.
 		fc.MustWrite(t, pushFrame(up, `"nobody"`))

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,117 +13,32 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/muxd/muxd/internal/testnode"
 )
 
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// fakeNode is a minimal upstream: it answers every request with
-// {"m":method,"p":params}; method "slow" is answered once releaseSlow is
-// called. Every request's method is sent on seen, and every handshake's
-// Authorization header on auth.
+// fakeNode is the shared fake node, holding "slow" requests until
+// releaseSlow.
 type fakeNode struct {
-	srv     *httptest.Server
-	seen    chan string
-	auth    chan string
-	release chan struct{} // closed by releaseSlow
+	*testnode.Node
+	slow *testnode.Holder
+}
+
+func newFakeNode(t *testing.T) *fakeNode {
+	t.Helper()
+	n := &fakeNode{Node: testnode.New(t), slow: testnode.NewHolder("slow")}
+	n.SetHandler(n.slow.Handle)
+	return n
 }
 
 // releaseSlow lets the node answer the "slow" requests it holds, and any
 // later ones at once.
-func (n *fakeNode) releaseSlow() { close(n.release) }
-
-func newFakeNode(t *testing.T) *fakeNode {
-	t.Helper()
-	n := &fakeNode{seen: make(chan string, 100), auth: make(chan string, 10), release: make(chan struct{})}
-	n.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case n.auth <- r.Header.Get("Authorization"):
-		default:
-		}
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		c.SetReadLimit(128 << 20) // requests of several MiB, as muxd forwards them
-		ctx := r.Context()
-		for {
-			_, msg, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			var req struct {
-				ID     json.RawMessage `json:"id"`
-				Method string          `json:"method"`
-				Params json.RawMessage `json:"params"`
-			}
-			if json.Unmarshal(msg, &req) != nil || req.ID == nil {
-				continue
-			}
-			if req.Params == nil {
-				req.Params = json.RawMessage("null")
-			}
-			resp := []byte(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":{"m":"` + req.Method + `","p":` + string(req.Params) + `}}`)
-			select {
-			case n.seen <- req.Method:
-			default:
-			}
-			if req.Method == "slow" {
-				go func() {
-					select {
-					case <-n.release:
-						c.Write(context.Background(), websocket.MessageText, resp)
-					case <-ctx.Done():
-					}
-				}()
-				continue
-			}
-			c.Write(ctx, websocket.MessageText, resp)
-		}
-	}))
-	t.Cleanup(n.srv.Close)
-	return n
-}
-
-func (n *fakeNode) url() string { return "ws" + strings.TrimPrefix(n.srv.URL, "http") }
-
-// waitSeen waits until the node has received a request for method.
-func (n *fakeNode) waitSeen(t *testing.T, method string) {
-	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case m := <-n.seen:
-			if m == method {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("upstream never saw %s", method)
-		}
-	}
-}
+func (n *fakeNode) releaseSlow() { n.slow.Release() }
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
@@ -139,7 +51,7 @@ func writeFile(t *testing.T, name, content string) string {
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb syncBuffer
+	var out, errb testnode.LockedBuffer
 	code := run(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
@@ -363,13 +275,13 @@ func TestExampleConfig(t *testing.T) {
 // startServe runs muxd's serve with args until the returned cancel is called;
 // it returns the bound WebSocket/HTTP address and a channel with run's exit
 // code.
-func startServe(t *testing.T, args ...string) (addr string, stderr *syncBuffer, cancel context.CancelFunc, exit <-chan int) {
+func startServe(t *testing.T, args ...string) (addr string, stderr *testnode.LockedBuffer, cancel context.CancelFunc, exit <-chan int) {
 	t.Helper()
 	addrs := make(chan net.Addr, 1)
 	onListening = func(ws, ipc, metrics net.Addr) { addrs <- ws }
 	t.Cleanup(func() { onListening = nil })
 	ctx, cancel := context.WithCancel(context.Background())
-	stderr = &syncBuffer{}
+	stderr = &testnode.LockedBuffer{}
 	done := make(chan int, 1)
 	finished := make(chan struct{})
 	go func() {
@@ -397,16 +309,11 @@ func startServe(t *testing.T, args ...string) (addr string, stderr *syncBuffer, 
 func TestServeGracefulShutdown(t *testing.T) {
 	t.Setenv("MUXD_UPSTREAM", "")
 	node := newFakeNode(t)
-	addr, stderr, cancel, exit := startServe(t, "--upstream", node.url(), "--listen", "127.0.0.1:0",
+	addr, stderr, cancel, exit := startServe(t, "--upstream", node.URL, "--listen", "127.0.0.1:0",
 		"--upstream-headers", "Authorization: Bearer hidden-token", "--shutdown-grace", "10s", "--log-level", "debug")
 
-	select {
-	case a := <-node.auth:
-		if a != "Bearer hidden-token" {
-			t.Fatalf("upstream got Authorization %q", a)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("upstream never dialed")
+	if a := node.Conn(t, 1).Header.Get("Authorization"); a != "Bearer hidden-token" {
+		t.Fatalf("upstream got Authorization %q", a)
 	}
 
 	// Bounds the client's reads, so that a lost answer fails the test
@@ -421,22 +328,22 @@ func TestServeGracefulShutdown(t *testing.T) {
 	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":"w","method":"slow","params":[1]}`)); err != nil {
 		t.Fatal(err)
 	}
-	node.waitSeen(t, "slow")
+	node.WaitSeen(t, "slow", 1)
 
 	httpDone := postAsync(addr, `{"jsonrpc":"2.0","id":7,"method":"slow","params":[2]}`)
-	node.waitSeen(t, "slow")
+	node.WaitSeen(t, "slow", 2)
 	cancel()
 	// Both requests are still in flight once the shutdown has begun (its
 	// log line is the only sign of that); the node answers them during the
 	// grace period.
-	waitLogged(t, stderr, `msg="shutting down"`)
+	stderr.WaitFor(t, `msg="shutting down"`)
 	node.releaseSlow()
 
 	_, msg, err := ws.Read(ctx)
 	if err != nil {
 		t.Fatalf("websocket client lost its in-flight answer: %v", err)
 	}
-	if want := `{"jsonrpc":"2.0","id":"w","result":{"m":"slow","p":[1]}}`; string(msg) != want {
+	if want := `{"jsonrpc":"2.0","id":"w","result":{"method":"slow","params":[1]}}`; string(msg) != want {
 		t.Fatalf("websocket answer %s, want %s", msg, want)
 	}
 	if _, _, err := ws.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
@@ -451,7 +358,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("HTTP client lost its in-flight answer: %v", r.err)
 	}
-	if want := `{"jsonrpc":"2.0","id":7,"result":{"m":"slow","p":[2]}}`; r.body != want {
+	if want := `{"jsonrpc":"2.0","id":7,"result":{"method":"slow","params":[2]}}`; r.body != want {
 		t.Fatalf("HTTP answer %s, want %s", r.body, want)
 	}
 	select {
@@ -474,7 +381,7 @@ func TestServeListenError(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	var errb syncBuffer
+	var errb testnode.LockedBuffer
 	code := run(context.Background(), []string{"--upstream", "ws://127.0.0.1:1", "--listen", ln.Addr().String()}, io.Discard, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "listen") {
 		t.Fatalf("exit %d, stderr %s; want 1 and a listen error", code, errb.String())
@@ -510,13 +417,13 @@ func TestSocketActivation(t *testing.T) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(),
 		activationChildEnv+"=1",
-		"MUXD_TEST_UPSTREAM="+node.url(),
+		"MUXD_TEST_UPSTREAM="+node.URL,
 		"MUXD_TEST_LISTEN="+busy.Addr().String(),
 		"LISTEN_FDS=1",
 		"LISTEN_FDNAMES=ws",
 	)
 	cmd.ExtraFiles = []*os.File{f}
-	var out syncBuffer
+	var out testnode.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -535,7 +442,7 @@ func TestSocketActivation(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `{"jsonrpc":"2.0","id":1,"result":{"m":"eth_chainId","p":null}}`; string(body) != want {
+	if want := `{"jsonrpc":"2.0","id":1,"result":{"method":"eth_chainId","params":null}}`; string(body) != want {
 		t.Fatalf("answer %s, want %s", body, want)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

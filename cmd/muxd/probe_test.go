@@ -11,13 +11,14 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"golang.org/x/crypto/sha3"
 
 	"github.com/muxd/muxd/integration/gethnode"
+	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
 
@@ -126,8 +127,8 @@ func TestProbeGeth(t *testing.T) {
 	})
 }
 
-// probeFake is an in-process WebSocket JSON-RPC endpoint that answers the
-// probe's methods and can be told to lie.
+// probeFake scripts the shared fake node to answer the probe's methods,
+// and can tell it to lie.
 type probeFake struct {
 	// swapIDs: singles are answered in pairs (101<->102, 103<->104, …)
 	// under each other's id; in a batch the ids of the first two web3_sha3
@@ -136,12 +137,9 @@ type probeFake struct {
 	// swapResults: ids are kept, but each web3_sha3 answer carries the
 	// result of another web3_sha3 request.
 	swapResults bool
-}
 
-type probeFakeReq struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params []string        `json:"params"`
+	mu   sync.Mutex                      // the handlers of different connections
+	held map[*testnode.Conn]testnode.Req // a single waiting for its pair partner
 }
 
 func keccakHex(data string) string {
@@ -151,7 +149,7 @@ func keccakHex(data string) string {
 	return "0x" + hex.EncodeToString(h.Sum(nil))
 }
 
-func (f *probeFake) result(r probeFakeReq) string {
+func (f *probeFake) result(r testnode.Req) string {
 	switch r.Method {
 	case "eth_blockNumber":
 		return "0x10"
@@ -164,91 +162,70 @@ func (f *probeFake) result(r probeFakeReq) string {
 	case "eth_gasPrice":
 		return "0x3b9aca00"
 	case "web3_sha3":
-		if len(r.Params) == 1 {
+		var params []string
+		if json.Unmarshal(r.Params, &params) == nil && len(params) == 1 {
 			if f.swapResults {
-				return keccakHex(r.Params[0] + "00") // someone else's hash
+				return keccakHex(params[0] + "00") // someone else's hash
 			}
-			return keccakHex(r.Params[0])
+			return keccakHex(params[0])
 		}
 	}
 	return ""
 }
 
-func probeAnswer(id json.RawMessage, result string) map[string]any {
-	return map[string]any{"jsonrpc": "2.0", "id": id, "result": result}
+func probeAnswer(id json.RawMessage, result string) []byte {
+	q, _ := json.Marshal(result)
+	return testnode.ResultFrame(id, string(q))
 }
 
-func (f *probeFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	conn, err := websocket.Accept(w, r, nil)
-	if err != nil {
+// handleArray answers an array (the probe's batch) with one array.
+func (f *probeFake) handleArray(fc *testnode.Conn, reqs []testnode.Req) {
+	ids := make([]json.RawMessage, len(reqs))
+	var shaIdx []int
+	for i, q := range reqs {
+		ids[i] = q.ID
+		if q.Method == "web3_sha3" {
+			shaIdx = append(shaIdx, i)
+		}
+	}
+	if f.swapIDs && len(shaIdx) >= 2 {
+		a, c := shaIdx[0], shaIdx[1]
+		ids[a], ids[c] = ids[c], ids[a]
+	}
+	answers := make([][]byte, len(reqs))
+	for i, q := range reqs {
+		answers[i] = probeAnswer(ids[i], f.result(q))
+	}
+	fc.Send(testnode.ArrayFrame(answers))
+}
+
+// handle answers a single request.
+func (f *probeFake) handle(fc *testnode.Conn, r testnode.Req) {
+	if !f.swapIDs {
+		fc.Send(probeAnswer(r.ID, f.result(r)))
 		return
 	}
-	defer conn.CloseNow()
-	ctx := r.Context()
-	var held *probeFakeReq // a single waiting for its pair partner
-	for {
-		_, b, err := conn.Read(ctx)
-		if err != nil {
-			return
-		}
-		var out any
-		if bytes.HasPrefix(bytes.TrimSpace(b), []byte("[")) {
-			var reqs []probeFakeReq
-			if json.Unmarshal(b, &reqs) != nil {
-				return
-			}
-			var answers []map[string]any
-			var shaIdx []int
-			for i, q := range reqs {
-				answers = append(answers, probeAnswer(q.ID, f.result(q)))
-				if q.Method == "web3_sha3" {
-					shaIdx = append(shaIdx, i)
-				}
-			}
-			if f.swapIDs && len(shaIdx) >= 2 {
-				a, c := answers[shaIdx[0]], answers[shaIdx[1]]
-				a["id"], c["id"] = c["id"], a["id"]
-			}
-			out = answers
-		} else {
-			var q probeFakeReq
-			if json.Unmarshal(b, &q) != nil {
-				return
-			}
-			if !f.swapIDs {
-				out = probeAnswer(q.ID, f.result(q))
-			} else {
-				if held == nil {
-					held = &q
-					continue
-				}
-				// Answer both under each other's id.
-				p := held
-				held = nil
-				for _, m := range []map[string]any{probeAnswer(q.ID, f.result(*p)), probeAnswer(p.ID, f.result(q))} {
-					bb, _ := json.Marshal(m)
-					if conn.Write(ctx, websocket.MessageText, bb) != nil {
-						return
-					}
-				}
-				continue
-			}
-		}
-		bb, _ := json.Marshal(out)
-		if conn.Write(ctx, websocket.MessageText, bb) != nil {
-			return
-		}
+	f.mu.Lock()
+	p, ok := f.held[fc]
+	if !ok {
+		f.held[fc] = r
+		f.mu.Unlock()
+		return
 	}
+	delete(f.held, fc)
+	f.mu.Unlock()
+	// Answer both under each other's id.
+	fc.Send(probeAnswer(r.ID, f.result(p)))
+	fc.Send(probeAnswer(p.ID, f.result(r)))
 }
 
 func startProbeFake(t *testing.T, f *probeFake) string {
 	t.Helper()
-	srv := httptest.NewServer(f)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-	})
-	return "ws" + strings.TrimPrefix(srv.URL, "http")
+	f.held = map[*testnode.Conn]testnode.Req{}
+	n := testnode.New(t)
+	n.SetHandler(f.handle)
+	n.SetArrayHandler(f.handleArray)
+	return n.URL
 }
 
 func TestProbeFakeHonest(t *testing.T) {

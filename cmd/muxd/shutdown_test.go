@@ -11,22 +11,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// waitLogged waits until muxd's log holds text.
-func waitLogged(t *testing.T, log *syncBuffer, text string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), text); {
-		if time.Now().After(deadline) {
-			t.Fatalf("muxd never logged %q:\n%s", text, log)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+	"github.com/muxd/muxd/internal/testnode"
+)
 
 // waitExit waits for run's exit code; a muxd that waits out a long
 // shutdown_grace fails the test here instead of hanging it.
-func waitExit(t *testing.T, exit <-chan int, log *syncBuffer) int {
+func waitExit(t *testing.T, exit <-chan int, log *testnode.LockedBuffer) int {
 	t.Helper()
 	select {
 	case code := <-exit:
@@ -78,9 +69,9 @@ func awaitHTTP(t *testing.T, done <-chan httpResult) httpResult {
 func TestShutdownHTTPHeldPastGrace(t *testing.T) {
 	t.Setenv("MUXD_UPSTREAM", "")
 	node := newFakeNode(t)
-	addr, stderr, cancel, exit := startServe(t, "--upstream", node.url(), "--listen", "127.0.0.1:0", "--shutdown-grace", "200ms")
+	addr, stderr, cancel, exit := startServe(t, "--upstream", node.URL, "--listen", "127.0.0.1:0", "--shutdown-grace", "200ms")
 	answer := postAsync(addr, `{"jsonrpc":"2.0","id":7,"method":"slow","params":[2]}`)
-	node.waitSeen(t, "slow")
+	node.WaitSeen(t, "slow", 1)
 	cancel() // the node never answers "slow"
 
 	r := awaitHTTP(t, answer)
@@ -135,9 +126,9 @@ func TestShutdownClosesIncompleteHTTPRequests(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("MUXD_UPSTREAM", "")
 			node := newFakeNode(t)
-			addr, stderr, cancel, exit := startServe(t, "--upstream", node.url(), "--listen", "127.0.0.1:0", "--shutdown-grace", "1h")
+			addr, stderr, cancel, exit := startServe(t, "--upstream", node.URL, "--listen", "127.0.0.1:0", "--shutdown-grace", "1h")
 			answer := postAsync(addr, `{"jsonrpc":"2.0","id":7,"method":"slow","params":[2]}`)
-			node.waitSeen(t, "slow")
+			node.WaitSeen(t, "slow", 1)
 
 			conn, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -148,7 +139,7 @@ func TestShutdownClosesIncompleteHTTPRequests(t *testing.T) {
 			tt.stall(t, conn, br)
 
 			cancel()
-			waitLogged(t, stderr, `msg="shutting down"`)
+			stderr.WaitFor(t, `msg="shutting down"`)
 			// The stalled connection is closed while the delivered
 			// request is still held: muxd reads EOF or a reset, never
 			// the deadline set here.
@@ -160,7 +151,7 @@ func TestShutdownClosesIncompleteHTTPRequests(t *testing.T) {
 
 			node.releaseSlow()
 			r := awaitHTTP(t, answer)
-			if want := `{"jsonrpc":"2.0","id":7,"result":{"m":"slow","p":[2]}}`; r.body != want {
+			if want := `{"jsonrpc":"2.0","id":7,"result":{"method":"slow","params":[2]}}`; r.body != want {
 				t.Fatalf("HTTP answer %s, want %s", r.body, want)
 			}
 			if code := waitExit(t, exit, stderr); code != 0 {
@@ -237,7 +228,7 @@ func TestShutdownGenuineFailureExits1(t *testing.T) {
 				ls.ws = fl
 			}
 			t.Cleanup(func() { onListenersOpened = nil })
-			addr, stderr, cancel, exit := startServe(t, "--upstream", node.url(), "--listen", "127.0.0.1:0", "--shutdown-grace", "1h")
+			addr, stderr, cancel, exit := startServe(t, "--upstream", node.URL, "--listen", "127.0.0.1:0", "--shutdown-grace", "1h")
 			tt.stop(t, addr, cancel, fl)
 			if code := waitExit(t, exit, stderr); code != 1 {
 				t.Fatalf("run exited %d, want 1:\n%s", code, stderr)
@@ -256,7 +247,7 @@ func TestShutdownGenuineFailureExits1(t *testing.T) {
 func TestShutdownHTTPSlowReader(t *testing.T) {
 	t.Setenv("MUXD_UPSTREAM", "")
 	node := newFakeNode(t)
-	addr, stderr, cancel, exit := startServe(t, "--upstream", node.url(), "--listen", "127.0.0.1:0", "--shutdown-grace", "1h",
+	addr, stderr, cancel, exit := startServe(t, "--upstream", node.URL, "--listen", "127.0.0.1:0", "--shutdown-grace", "1h",
 		"--http-body-bytes", "67108864", "--max-message-bytes", "67108864")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -266,7 +257,7 @@ func TestShutdownHTTPSlowReader(t *testing.T) {
 	body := `{"jsonrpc":"2.0","id":1,"method":"big","params":["` + strings.Repeat("x", 12<<20) + `"]}`
 	go io.WriteString(conn, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
 		"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
-	node.waitSeen(t, "big")
+	node.WaitSeen(t, "big", 1)
 	cancel()
 	if code := waitExit(t, exit, stderr); code != 0 {
 		t.Fatalf("run exited %d, want 0:\n%s", code, stderr)

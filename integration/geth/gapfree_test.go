@@ -15,6 +15,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/rpc"
 
+	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
 
@@ -269,8 +270,8 @@ func TestGapFreeAcrossCut(t *testing.T) {
 	proxy.cut(6 * time.Second)
 	cutAt := time.Now()
 	// muxd loses the upstream at once, and reconnects once the path is back.
-	waitDisconnected(t, h.srv, 10*time.Second)
-	waitConnected(t, h.srv, 30*time.Second)
+	testnode.WaitConnectedWithin(t, h.srv, false, 10*time.Second)
+	testnode.WaitConnectedWithin(t, h.srv, true, 30*time.Second)
 	if counterValue(t, h.srv.Metrics().UpstreamReconnects) == before {
 		t.Fatal("connected again without a reconnect")
 	}

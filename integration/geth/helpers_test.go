@@ -3,7 +3,6 @@
 package gethtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/ethereum/go-ethereum/rpc"
 
 	"github.com/muxd/muxd/integration/gethnode"
+	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
 
@@ -35,25 +34,7 @@ type harness struct {
 	HTTPURL string // muxd, HTTP
 	// wsAccepts counts WebSocket upgrade requests muxd has received.
 	wsAccepts atomic.Int64
-	log       *lockedBuffer
-}
-
-// lockedBuffer collects muxd's log; it is printed when the test fails.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log       *testnode.LockedBuffer // muxd's log; printed when the test fails
 }
 
 // newHarness starts geth and muxd and waits until muxd's upstream is up.
@@ -61,7 +42,7 @@ func (b *lockedBuffer) String() string {
 func newHarness(t *testing.T, mod func(*mux.Config)) *harness {
 	t.Helper()
 	node := gethnode.Start(t)
-	h := &harness{node: node, log: &lockedBuffer{}}
+	h := &harness{node: node, log: &testnode.LockedBuffer{}}
 	cfg := mux.Config{
 		Upstream: node.WSURL,
 		Logger:   slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -100,7 +81,7 @@ func newHarness(t *testing.T, mod func(*mux.Config)) *harness {
 	})
 	h.HTTPURL = h.front.URL
 	h.WSURL = "ws" + strings.TrimPrefix(h.front.URL, "http")
-	waitConnected(t, srv, 30*time.Second)
+	testnode.WaitConnectedWithin(t, srv, true, 30*time.Second)
 	return h
 }
 
@@ -109,42 +90,6 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-// waitDisconnected waits until srv reports its upstream lost.
-func waitDisconnected(t *testing.T, srv *mux.Server, d time.Duration) {
-	t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		up, changed := srv.Connected()
-		if !up {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			t.Fatalf("muxd upstream still connected after %v", d)
-		}
-	}
-}
-
-// waitConnected waits until srv reports its upstream connected.
-func waitConnected(t *testing.T, srv *mux.Server, d time.Duration) {
-	t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		up, changed := srv.Connected()
-		if up {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			t.Fatalf("muxd upstream not connected after %v", d)
-		}
-	}
 }
 
 // dial connects an rpc.Client and closes it at cleanup.

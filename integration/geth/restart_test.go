@@ -13,6 +13,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/ethclient"
 
+	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
 
@@ -291,7 +292,7 @@ func TestGethRestart(t *testing.T) {
 	}
 	h.node.Restart(t)
 	restarted := time.Now()
-	waitConnected(t, h.srv, 30*time.Second)
+	testnode.WaitConnectedWithin(t, h.srv, true, 30*time.Second)
 	t.Logf("geth down for %v; muxd upstream back %v after restart",
 		restarted.Sub(stopped).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
 
