@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/reconnect"
 )
 
@@ -53,9 +54,9 @@ func BenchmarkFanout1000(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	u := &upstreamConn{Conn: &reconnect.Conn{Gen: 1}, srv: srv, gen: 1}
+	u := &upstreamConn{Conn: &reconnect.Conn{Gen: 1}, srv: srv, gen: 1, eff: new(core.Effects)}
 	srv.mu.Lock()
-	srv.core.UpstreamConnected(&u.eff, u.gen, time.Now())
+	srv.core.UpstreamConnected(u.eff, u.gen, time.Now())
 	srv.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)

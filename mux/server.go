@@ -47,6 +47,7 @@ type Server struct {
 	peersMu sync.RWMutex
 	peers   map[router.ClientID]*Client
 
+	fanout  fanouts // the upstream reader's hand-off of large fan-outs
 	dropLog dropLimiter
 	frames  framePool // the upstream reader's large frame buffers
 	reclaim reclaimer // gives large releases back to the OS
@@ -122,7 +123,9 @@ func (s *Server) Run(ctx context.Context) error {
 		defer wg.Done()
 		s.sweepLoop(sweepCtx)
 	}()
+	stopFanout := s.startFanout()
 	err := s.sup.Run(ctx, s.serveUpstream)
+	stopFanout() // the upstream reader, its one sender, has returned
 	stopSweep()
 	wg.Wait()
 	s.failAll(router.ErrorUnavailable.Because("shutdown"))
