@@ -15,7 +15,7 @@ func TestClientFrames(t *testing.T) {
 		{name: "id_rewritten_and_restored_byte_identical", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: `{"jsonrpc":"2.0","id":"a\"b","method":"eth_chainId"}`,
-				want: []string{`up> {"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`},
+				want:   []string{`up> {"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`},
 				counts: map[string]int{"request eth_chainId": 1}},
 			{do: "c1", in: `{"id":18446744073709551616,"jsonrpc":"2.0","method":"eth_blockNumber","params":[]}`,
 				want: []string{`up> {"id":2,"jsonrpc":"2.0","method":"eth_blockNumber","params":[]}`}},

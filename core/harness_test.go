@@ -16,6 +16,12 @@ import (
 // driven by scripts of steps whose expected effects are written out as the
 // bytes each party gets.
 
+// Short durations for step times.
+const (
+	msec = time.Millisecond
+	sec  = time.Second
+)
+
 // t0 is the harness's epoch: step times are offsets from it.
 var t0 = time.Unix(1_700_000_000, 0)
 
