@@ -264,6 +264,9 @@ type step struct {
 	want []string
 	// counts, when set, are observer counts the step must have left.
 	counts map[string]int
+	// keys, when not nil, are the subscription keys the step must have
+	// left, as keyStates renders them.
+	keys []string
 }
 
 // run plays steps on h, comparing each step's effects with its want.
@@ -276,6 +279,11 @@ func (h *harness) run(steps []step) {
 		got := h.step(s)
 		if !slices.Equal(got, s.want) {
 			h.t.Errorf("step %d (%s %s):\n got: %s\nwant: %s", i, s.do, s.in, lines(got), lines(s.want))
+		}
+		if s.keys != nil {
+			if got := h.keyStates(); !slices.Equal(got, s.keys) {
+				h.t.Errorf("step %d (%s): keys %q, want %q", i, s.do, got, s.keys)
+			}
 		}
 		for name, n := range s.counts {
 			if h.obs.counts[name] != n {
@@ -402,4 +410,15 @@ func (h *harness) checkGauges() {
 	if s.UpstreamSubs != h.obs.upSubs || s.ClientSubs != h.obs.clientSubs {
 		h.t.Errorf("subscription gauges %d/%d, tables %d/%d", h.obs.upSubs, h.obs.clientSubs, s.UpstreamSubs, s.ClientSubs)
 	}
+}
+
+// keyStates renders the subscription table's keys, sorted, as
+// "key state members".
+func (h *harness) keyStates() []string {
+	out := []string{}
+	for key, sh := range h.c.subs.byKey {
+		out = append(out, fmt.Sprintf("%s %s %d", key, sh.state, len(sh.members)))
+	}
+	slices.Sort(out)
+	return out
 }
