@@ -382,6 +382,15 @@ func runScripts(t *testing.T, rows []scriptRow) {
 			h := newHarness(t, row.cfg)
 			h.run(row.steps)
 			h.checkGauges()
+			// Counting must not change what the core does: the same
+			// script without an Observer has the same effects.
+			h = newHarness(t, func(c *Config) {
+				if row.cfg != nil {
+					row.cfg(c)
+				}
+				c.Observer = nil
+			})
+			h.run(withoutCounts(row.steps))
 		})
 	}
 }
@@ -420,5 +429,14 @@ func (h *harness) keyStates() []string {
 		out = append(out, fmt.Sprintf("%s %s %d", key, sh.state, len(sh.members)))
 	}
 	slices.Sort(out)
+	return out
+}
+
+// withoutCounts returns steps with no observer counts to check.
+func withoutCounts(steps []step) []step {
+	out := slices.Clone(steps)
+	for i := range out {
+		out[i].counts = nil
+	}
 	return out
 }
