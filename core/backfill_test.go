@@ -22,6 +22,18 @@ func filled(n int, h, p string) string {
 		strings.Repeat(p, 64), n, strings.Repeat(h, 64))
 }
 
+// mined is a log of block n (whose hash is 64 times h) at index idx.
+func mined(n, idx int, h string) string {
+	return fmt.Sprintf(`{"address":"0x01","topics":[],"data":"0x","blockNumber":"0x%x","blockHash":"0x%s",`+
+		`"transactionHash":"0x%s","transactionIndex":"0x0","logIndex":"0x%x","removed":false}`,
+		n, strings.Repeat(h, 64), strings.Repeat("f", 64), idx)
+}
+
+// logsByHash is muxd's own eth_getLogs of the block whose hash is 64 times h.
+func logsByHash(uid int, h string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_getLogs","params":[{"blockHash":"0x%s"}]}`, uid, strings.Repeat(h, 64))
+}
+
 // byNumber is muxd's own eth_getBlockByNumber for block n under upstream id uid.
 func byNumber(uid, n int) string {
 	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_getBlockByNumber","params":["0x%x",false]}`, uid, n)
@@ -64,6 +76,27 @@ func TestBackfillGlue(t *testing.T) {
 			{do: "up", in: res("1", `"0xaa"`), want: []string{"c1< " + res("1", `"0xs1"`), `up> {"jsonrpc":"2.0","id":2,"method":"eth_blockNumber","params":[]}`}},
 			{do: "up", in: res("2", `"0x10"`)},
 			{do: "c1", in: unsub("2", `"0xs1"`), want: []string{"c1< " + res("2", "true"), "up> " + upUnsub("3", `"0xaa"`)}},
+		}},
+		{name: "logs_missed_during_a_reconnect_are_backfilled_once", cfg: backfill, steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: sub("1", `["logs",{}]`), want: []string{"up> " + upSub("1", `["logs",{}]`)}},
+			{do: "up", in: res("1", `"0xaa"`), want: []string{"c1< " + res("1", `"0xs1"`), `up> {"jsonrpc":"2.0","id":2,"method":"eth_blockNumber","params":[]}`}},
+			{do: "up", in: res("2", `"0x8"`)},
+			{do: "up", in: push(`"0xaa"`, mined(9, 0, "9")), want: []string{"c1< " + push(`"0xs1"`, mined(9, 0, "9"))}},
+			{do: "lost"},
+			{do: "connect", want: []string{"up> " + upSub("3", `["logs",{}]`)}},
+			// Live again: the head and the check of the remembered block go together.
+			{do: "up", in: res("3", `"0xbb"`), want: []string{
+				`up> {"jsonrpc":"2.0","id":4,"method":"eth_getBlockByNumber","params":["latest",false]}`,
+				"up> " + byNumber(5, 9),
+			}},
+			{do: "up", in: res("4", hdr(11, "b", "a"))},
+			{do: "up", in: res("5", hdr(9, "9", "8")), want: []string{"up> " + logsByHash(6, "9"), "up> " + logsByHash(7, "a"), "up> " + logsByHash(8, "b")}},
+			{do: "up", in: res("6", "["+mined(9, 0, "9")+"]")},
+			{do: "up", in: res("8", "[]")},
+			// Block 9's log went out live already; block 10's goes once.
+			{do: "up", in: res("7", "["+mined(10, 0, "a")+"]"), want: []string{"c1< " + push(`"0xs1"`, mined(10, 0, "a"))},
+				counts: map[string]int{"backfilled logs": 1}},
 		}},
 		{name: "resubscribe_of_a_kind_that_cannot_be_backfilled_counts_a_gap", cfg: backfill, steps: []step{
 			{do: "join"}, {do: "connect"},

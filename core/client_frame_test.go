@@ -1,6 +1,8 @@
 package core
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -213,5 +215,30 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	c.ClientFrame(&e, id, frame, f, scanErr, t0)
 	if c.Stats().Waiting != 1 {
 		t.Errorf("Stats().Waiting = %d, want 1", c.Stats().Waiting)
+	}
+}
+
+// TestClientFrameOtherScanError checks that a scan error other than the
+// scanner's parse and empty-batch errors is answered as an invalid request.
+func TestClientFrameOtherScanError(t *testing.T) {
+	h := newHarness(t, nil)
+	id := h.join(false)
+	frame := []byte(`{}`)
+	if !h.c.ClientFrame(&h.e, id, frame, router.Frame{}, fmt.Errorf("%w: odd", router.ErrInvalid), t0) {
+		t.Error("ClientFrame reports no answer for a frame it answered")
+	}
+	want := []string{`c1< {"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request"}}`}
+	if got := h.render(frame); !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestDropReasonNames checks the label of each drop reason's series.
+func TestDropReasonNames(t *testing.T) {
+	want := []string{"unknown_id", "null_id", "unknown_subscription", "malformed", "unexpected", "no_upstream", "subscribe_notification", "reason_7"}
+	for r := DropUnknownID; r <= NumDropReasons; r++ {
+		if got := r.String(); got != want[r] {
+			t.Errorf("DropReason(%d) = %q, want %q", r, got, want[r])
+		}
 	}
 }

@@ -90,6 +90,23 @@ func TestResponsesAndBatches(t *testing.T) {
 					`{"jsonrpc":"2.0","id":"a","error":{"code":-32600,"message":"batch too large"}},` +
 					res(`"d"`, `"1"`) + `]`}},
 		}},
+		{name: "whole_answer_to_an_array_sends_the_notifications_after_it", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "," + c + `,{"jsonrpc":"2.0","method":"eth_foo"}]`,
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `,` + req("3", "eth_gasPrice") + `]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res("2", `"0x2"`) + "," + res("3", `"0x3"`) + "]",
+				want: []string{
+					`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x2"`) + `,` + res(`"c"`, `"0x3"`) + `]`,
+					`up> {"jsonrpc":"2.0","method":"eth_foo"}`,
+				}},
+		}},
+		{name: "error_code_that_is_no_number_is_counted_as_minus_one", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: a, want: []string{`up> ` + req("1", "eth_chainId")}},
+			{do: "up", in: `{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"odd"}}`,
+				want:   []string{`c1< {"jsonrpc":"2.0","id":"a","error":{"code":"x","message":"odd"}}`},
+				counts: map[string]int{"answered -1 upstream": 1}},
+		}},
 		{name: "first_call_error_alone_in_an_array_stays_its_own", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: "[" + a + "," + b + "]",
