@@ -272,6 +272,16 @@ func TestSubscriptions(t *testing.T) {
 			{do: "c2", in: unsub("4", `"0xs2"`), want: []string{`c2< ` + res("4", "false")}},
 			{do: "up", in: push(`"0xaa"`, "1"), want: []string{`c1< ` + push(`"0xs1"`, "1")}},
 		})},
+		// A client cannot unsubscribe a subscription it has not been told
+		// of (ids are random in muxd; the counter here makes one
+		// guessable): its eth_subscribe must still get exactly one answer.
+		{name: "unsubscribe_of_a_subscription_still_being_set_up", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: sub("1", heads), want: []string{"up> " + upSub("1", heads)}},
+			{do: "c1", in: unsub("2", `"0xs1"`), want: []string{`c1< ` + res("2", "false")}, keys: []string{headsKey + " subscribing 1"}},
+			{do: "up", in: res("1", `"0xaa"`), want: []string{`c1< ` + res("1", `"0xs1"`)}},
+			{do: "begin", want: []string{"idle"}},
+		}},
 		{name: "unsubscribe_with_bad_params", steps: liveHeads([]step{
 			{do: "c1", in: `{"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe"}`,
 				want: []string{`c1< {"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"invalid params","data":{"reason":"eth_unsubscribe takes one subscription id"}}}`}},
