@@ -124,6 +124,20 @@ func TestKeyTransitions(t *testing.T) {
 			{do: "up", in: res("3", `"0xcc"`), keys: []string{headsKey + " live 1"}},
 			{do: "up", in: push(`"0xcc"`, "1"), want: []string{`c1< ` + push(`"0xs1"`, "1")}},
 		})},
+		// Not in keyState's list: a refused subscribe whose key keeps a
+		// member that has had no pushes yet, because its answer went into
+		// a batch still open when the connection was lost. The member
+		// stays, as a resubscribing key's do, and the key is failed.
+		{name: "subscribing_to_failed_member_in_an_open_batch", steps: liveHeads([]step{
+			{do: "c2", in: `[` + sub("1", heads) + `,` + req("2", "eth_chainId") + `]`, want: []string{`up> ` + req("2", "eth_chainId")}},
+			{do: "c1", in: unsub("2", `"0xs1"`), want: []string{`c1< ` + res("2", "true")}, keys: []string{headsKey + " live 1"}},
+			{do: "lost", keys: []string{headsKey + " idle 1"}},
+			{do: "connect", want: []string{"up> " + upSub("3", heads), "up> " + req("2", "eth_chainId")}, keys: []string{headsKey + " subscribing 1"}},
+			{do: "up", in: refusal("3"), keys: []string{headsKey + " failed 1"}},
+			{do: "up", in: res("2", `"0x1"`), want: []string{`c2< [` + res("1", `"0xs2"`) + `,` + res("2", `"0x1"`) + `]`}},
+			{do: "lost"},
+			{do: "connect", want: []string{"up> " + upSub("4", heads)}, keys: []string{headsKey + " resubscribing 1"}},
+		})},
 		{name: "subscribing_to_idle_lost", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: sub("1", heads), want: []string{"up> " + upSub("1", heads)}},
