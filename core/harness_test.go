@@ -229,17 +229,6 @@ func (h *harness) render(frame []byte) []string {
 	return out
 }
 
-// notes returns the messages of the last event's notes that are no drops.
-func (h *harness) notes() []string {
-	var out []string
-	for _, n := range h.e.Notes {
-		if !n.Drop {
-			out = append(out, n.Msg)
-		}
-	}
-	return out
-}
-
 // step is one event of a script. do names the event:
 //
 //	join, join http     Join (want: nothing, or "err <error>")
