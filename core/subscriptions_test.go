@@ -138,6 +138,21 @@ func TestKeyTransitions(t *testing.T) {
 			{do: "lost"},
 			{do: "connect", want: []string{"up> " + upSub("4", heads)}, keys: []string{headsKey + " resubscribing 1"}},
 		})},
+		// failed -> subscribing needs a failed key none of whose members
+		// has had pushes: the one above, before its batch is answered.
+		{name: "failed_to_subscribing", steps: liveHeads([]step{
+			{do: "c2", in: `[` + sub("1", heads) + `,` + req("2", "eth_chainId") + `]`, want: []string{`up> ` + req("2", "eth_chainId")}},
+			{do: "c1", in: unsub("2", `"0xs1"`), want: []string{`c1< ` + res("2", "true")}},
+			{do: "lost"},
+			{do: "connect", want: []string{"up> " + upSub("3", heads), "up> " + req("2", "eth_chainId")}},
+			{do: "up", in: refusal("3"), keys: []string{headsKey + " failed 1"}},
+			{do: "c1", in: sub("3", heads), want: []string{"up> " + upSub("4", heads)}, keys: []string{headsKey + " subscribing 2"}},
+			{do: "up", in: res("4", `"0xcc"`), want: []string{`c1< ` + res("3", `"0xs3"`)}, keys: []string{headsKey + " live 2"}},
+			{do: "up", in: push(`"0xcc"`, "1"), want: []string{`c1< ` + push(`"0xs3"`, "1")}},
+			// The push held for c2 follows its batch's array.
+			{do: "up", in: res("2", `"0x1"`), want: []string{`c2< [` + res("1", `"0xs2"`) + `,` + res("2", `"0x1"`) + `]`, `c2< ` + push(`"0xs2"`, "1")}},
+			{do: "up", in: push(`"0xcc"`, "2"), want: []string{`c2< ` + push(`"0xs2"`, "2"), `c1< ` + push(`"0xs3"`, "2")}},
+		})},
 		{name: "subscribing_to_idle_lost", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: sub("1", heads), want: []string{"up> " + upSub("1", heads)}},
