@@ -469,31 +469,24 @@ type probeFigures struct {
 // runProbe subscribes n clients to newHeads (through muxd, one shared
 // upstream subscription) and opens one probe client that sends eth_chainId
 // one request at a time. After o.Warmup, the probe's round trips are
-// measured for o.ProbeWindow with no pushes (quiet), then for o.ProbeWindow
+// measured for o.ProbeWindow in all with no pushes (quiet), and for as long
 // while the upstream pushes a 2 KB notification every o.ProbeEvery, each of
-// which must then reach every subscriber; the figures are the second
-// window's p99 and max over the first's. Last, the upstream is kept
-// o.Ahead pushes ahead of the subscribers (it pushes whenever they have
-// read all but o.Ahead of its pushes, so the proxy always has a backlog)
-// and the deliveries they read during o.Duration, after o.Warmup, are
-// counted.
+// which must reach every subscriber; the figures are the p99 and max under
+// fan-out over those when quiet. Last, the upstream is kept o.Ahead pushes
+// ahead of the subscribers (the proxy always has a backlog) and the
+// deliveries they read during o.Duration, after o.Warmup, are counted.
 func runProbe(ctx context.Context, e *env, o Options, n int) (probeFigures, error) {
 	var f probeFigures
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	var delivered, stray atomic.Int64
-	step := make(chan struct{}, 1) // nudged whenever delivered reaches a multiple of n
+	var stray atomic.Int64
+	p := &pusher{upstream: e.upstream, subs: int64(n), step: make(chan struct{}, 1)}
 	conns, err := subscribeMany(ctx, e.target, n, &wg, func(msg []byte) {
 		if _, _, ok := parsePush(msg); !ok {
 			stray.Add(1)
 			return
 		}
-		if delivered.Add(1)%int64(n) == 0 {
-			select {
-			case step <- struct{}{}:
-			default:
-			}
-		}
+		p.delivered()
 	})
 	if err != nil {
 		return f, err
@@ -505,58 +498,109 @@ func runProbe(ctx context.Context, e *env, o Options, n int) (probeFigures, erro
 	}
 	defer probe.CloseNow()
 
-	// pushed is owned by whichever goroutine is pushing: the ticker's, then
-	// the saturating one's; this one reads it once each has ended.
-	pushed := 0
-	push := func(ctx context.Context) error {
-		var pr pushReply
-		err := ctlGet(ctx, e.upstream, "/ctl/push?seq="+strconv.Itoa(pushed), &pr)
-		pushed++
-		return err
+	// Quiet and fan-out alternate in slices of about two push intervals, so
+	// that load from outside the bench that comes and goes weighs on both
+	// alike; a quiet slice starts once the last push has reached everyone.
+	parts := max(1, int(o.ProbeWindow/(2*o.ProbeEvery)))
+	slice := o.ProbeWindow / time.Duration(parts)
+	var quiet, busy []float64
+	warmEnd := time.Now().Add(o.Warmup)
+	for range parts {
+		start := time.Now()
+		if start.Before(warmEnd) {
+			start = warmEnd
+		}
+		q, err := roundTrips(ctx, probe, appendChainID, warmEnd, start.Add(slice))
+		if err != nil {
+			return f, fmt.Errorf("probe, quiet: %w", err)
+		}
+		stopPushing := inBackground(ctx, p.every(o.ProbeEvery))
+		start = time.Now()
+		b, err := roundTrips(ctx, probe, appendChainID, start, start.Add(slice))
+		if stopErr := stopPushing(); err == nil {
+			err = stopErr
+		}
+		if err == nil {
+			err = p.caughtUp(ctx, 0)
+		}
+		if err != nil {
+			return f, fmt.Errorf("probe, under fan-out: %w", err)
+		}
+		quiet, busy = append(quiet, q...), append(busy, b...)
 	}
-	// caughtUp waits until the subscribers have read all but ahead of the
-	// pushes made.
-	caughtUp := func(ctx context.Context, ahead int) error {
-		want := int64(pushed-ahead) * int64(n)
-		for {
-			got := delivered.Load()
-			if got >= want {
-				return nil
-			}
-			select {
-			case <-step:
-			case <-time.After(30 * time.Second):
-				return fmt.Errorf("fan-out stalled: %d of %d deliveries, none for 30s", got, want)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+	slices.Sort(quiet)
+	slices.Sort(busy)
+	f.p99Ratio = percentile(busy, 0.99) / percentile(quiet, 0.99)
+	f.maxRatio = busy[len(busy)-1] / quiet[len(quiet)-1]
+
+	stopPushing := inBackground(ctx, p.ahead(o.Ahead))
+	pause(ctx, o.Warmup)
+	d0, t0 := p.count.Load(), time.Now()
+	pause(ctx, o.Duration)
+	d1, t1 := p.count.Load(), time.Now()
+	if err := stopPushing(); err != nil {
+		return f, fmt.Errorf("fan-out at saturation: %w", err)
+	}
+	if s := stray.Load(); s > 0 {
+		return f, fmt.Errorf("probe: %d unexpected messages to subscribers", s)
+	}
+	f.deliveriesPerSec = float64(d1-d0) / t1.Sub(t0).Seconds()
+	return f, nil
+}
+
+// pusher has the upstream push to subs subscribers and follows their
+// deliveries.
+type pusher struct {
+	upstream *child
+	subs     int64
+	pushed   int64 // owned by the one goroutine pushing at a time
+	count    atomic.Int64
+	step     chan struct{} // nudged whenever count reaches a multiple of subs
+}
+
+// delivered counts one push read by a subscriber (from its reader).
+func (p *pusher) delivered() {
+	if p.count.Add(1)%p.subs == 0 {
+		select {
+		case p.step <- struct{}{}:
+		default:
 		}
 	}
-	// background runs fn in a goroutine until the returned stop cancels
-	// it; stop returns fn's error unless it is that cancellation.
-	background := func(fn func(ctx context.Context) error) (stop func() error) {
-		bctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- fn(bctx) }()
-		return func() error {
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				return err
-			}
+}
+
+func (p *pusher) push(ctx context.Context) error {
+	var pr pushReply
+	err := ctlGet(ctx, p.upstream, "/ctl/push?seq="+strconv.FormatInt(p.pushed, 10), &pr)
+	p.pushed++
+	return err
+}
+
+// caughtUp waits until the subscribers have read all but ahead of the
+// pushes made.
+func (p *pusher) caughtUp(ctx context.Context, ahead int) error {
+	want := (p.pushed - int64(ahead)) * p.subs
+	for {
+		got := p.count.Load()
+		if got >= want {
 			return nil
 		}
+		select {
+		case <-p.step:
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("fan-out stalled: %d of %d deliveries read, and not %d more in 30s", got, want, p.subs)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+}
 
-	now := time.Now()
-	quiet, err := roundTrips(ctx, probe, appendChainID, now.Add(o.Warmup), now.Add(o.Warmup+o.ProbeWindow))
-	if err != nil {
-		return f, fmt.Errorf("probe, quiet: %w", err)
-	}
-	stopTicker := background(func(ctx context.Context) error {
-		t := time.NewTicker(o.ProbeEvery)
+// every pushes at once and then every d, until ctx ends.
+func (p *pusher) every(d time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
-			if err := push(ctx); err != nil {
+			if err := p.push(ctx); err != nil {
 				return err
 			}
 			select {
@@ -565,43 +609,37 @@ func runProbe(ctx context.Context, e *env, o Options, n int) (probeFigures, erro
 				return nil
 			}
 		}
-	})
-	now = time.Now()
-	busy, err := roundTrips(ctx, probe, appendChainID, now, now.Add(o.ProbeWindow))
-	if stopErr := stopTicker(); err == nil {
-		err = stopErr
 	}
-	if err == nil {
-		err = caughtUp(ctx, 0)
-	}
-	if err != nil {
-		return f, fmt.Errorf("probe, under fan-out: %w", err)
-	}
-	f.p99Ratio = percentile(busy, 0.99) / percentile(quiet, 0.99)
-	f.maxRatio = busy[len(busy)-1] / quiet[len(quiet)-1]
+}
 
-	stopSaturating := background(func(ctx context.Context) error {
+// ahead pushes whenever the subscribers have read all but n of the pushes,
+// until ctx ends.
+func (p *pusher) ahead(n int) func(context.Context) error {
+	return func(ctx context.Context) error {
 		for {
-			if err := caughtUp(ctx, o.Ahead); err != nil {
+			if err := p.caughtUp(ctx, n); err != nil {
 				return err
 			}
-			if err := push(ctx); err != nil {
+			if err := p.push(ctx); err != nil {
 				return err
 			}
 		}
-	})
-	pause(ctx, o.Warmup)
-	d0, t0 := delivered.Load(), time.Now()
-	pause(ctx, o.Duration)
-	d1, t1 := delivered.Load(), time.Now()
-	if err := stopSaturating(); err != nil {
-		return f, fmt.Errorf("fan-out at saturation: %w", err)
 	}
-	if s := stray.Load(); s > 0 {
-		return f, fmt.Errorf("probe: %d unexpected messages to subscribers", s)
+}
+
+// inBackground runs fn in a goroutine until the returned stop cancels it;
+// stop returns fn's error unless it is that cancellation.
+func inBackground(ctx context.Context, fn func(context.Context) error) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	return func() error {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
 	}
-	f.deliveriesPerSec = float64(d1-d0) / t1.Sub(t0).Seconds()
-	return f, nil
 }
 
 // ---- (g) large answers ----------------------------------------------------

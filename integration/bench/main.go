@@ -68,7 +68,7 @@ func fullOptions() Options {
 		Clients: 100, Window: 8, Batch: 10,
 		FanoutSizes: []int{1000, 10000}, Pushes: 40, PushGap: 5 * time.Millisecond,
 		Idle: 10000, Settle: time.Second,
-		ProbeSubs: 10000, ProbeEvery: 500 * time.Millisecond, ProbeWindow: 5 * time.Second, Ahead: 4,
+		ProbeSubs: 10000, ProbeEvery: 500 * time.Millisecond, ProbeWindow: 5 * time.Second, Ahead: 16,
 		LargeSizes: []int{1e6, 8e6, 32e6}, LargeClients: 10,
 	}
 }
@@ -79,7 +79,7 @@ func smokeOptions() Options {
 		Clients: 10, Window: 8, Batch: 10,
 		FanoutSizes: []int{50, 100}, Pushes: 10, PushGap: time.Millisecond,
 		Idle: 200, Settle: 200 * time.Millisecond,
-		ProbeSubs: 200, ProbeEvery: 100 * time.Millisecond, ProbeWindow: 500 * time.Millisecond, Ahead: 4,
+		ProbeSubs: 200, ProbeEvery: 100 * time.Millisecond, ProbeWindow: 500 * time.Millisecond, Ahead: 16,
 		LargeSizes: []int{64e3, 1e6}, LargeClients: 10, Smoke: true,
 	}
 }
