@@ -568,11 +568,16 @@ func (p *pusher) delivered() {
 	}
 }
 
+// push has the upstream push once. A push once asked for is not given up
+// when ctx ends (ctlClient's timeout still holds), so that pushed counts
+// exactly the pushes made.
 func (p *pusher) push(ctx context.Context) error {
 	var pr pushReply
-	err := ctlGet(ctx, p.upstream, "/ctl/push?seq="+strconv.FormatInt(p.pushed, 10), &pr)
+	if err := ctlGet(context.WithoutCancel(ctx), p.upstream, "/ctl/push?seq="+strconv.FormatInt(p.pushed, 10), &pr); err != nil {
+		return err
+	}
 	p.pushed++
-	return err
+	return nil
 }
 
 // caughtUp waits until the subscribers have read all but ahead of the
@@ -616,7 +621,7 @@ func (p *pusher) every(d time.Duration) func(context.Context) error {
 // until ctx ends.
 func (p *pusher) ahead(n int) func(context.Context) error {
 	return func(ctx context.Context) error {
-		for {
+		for ctx.Err() == nil {
 			if err := p.caughtUp(ctx, n); err != nil {
 				return err
 			}
@@ -624,6 +629,7 @@ func (p *pusher) ahead(n int) func(context.Context) error {
 				return err
 			}
 		}
+		return nil
 	}
 }
 
