@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/reconnect"
 	"github.com/muxd/muxd/router"
@@ -95,6 +97,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
 	s.core = rc
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.tableGauges()...)
+	}
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
 	s.sup = reconnect.New(reconnect.Config{
@@ -277,5 +282,25 @@ func (s *Server) idleNowLocked() {
 	case <-s.idle:
 	default:
 		close(s.idle)
+	}
+}
+
+// tableGauges are the series read off the core's tables when scraped.
+func (s *Server) tableGauges() []prometheus.Collector {
+	stat := func(f func(core.Stats) int) func() float64 {
+		return func() float64 {
+			s.mu.Lock()
+			st := s.core.Stats()
+			s.mu.Unlock()
+			return float64(f(st))
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "muxd_requests_waiting", Help: "Requests waiting for an upstream connection (none is up, or they are retried on the next).",
+		}, stat(func(st core.Stats) int { return st.Waiting })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "muxd_request_bytes_held", Help: "Bytes of clients' requests muxd holds, in flight upstream or waiting (bounded per client by max_held_bytes).",
+		}, stat(func(st core.Stats) int { return st.HeldBytes })),
 	}
 }
