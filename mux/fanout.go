@@ -14,8 +14,11 @@ import (
 const fanoutHandoff = 64
 
 // fanoutQueue bounds the events waiting for the fan-out goroutine; past
-// it the reader waits, as it would applying them itself.
-const fanoutQueue = 16
+// it the reader waits, as it would applying them itself. It is small: a
+// subscriber's answers queue behind its pushes (a client gets everything
+// in the order the node sent it), so a long backlog of fan-outs would
+// delay them.
+const fanoutQueue = 2
 
 // fanoutJob is one event's effects, applied by the fan-out goroutine.
 // buf is the frame buffer its deliveries borrow from: the job owns it.
