@@ -47,7 +47,6 @@ type cached struct {
 // share for the map and list.
 func (x *cached) size() int { return len(x.msg) + len(x.key) + 128 }
 
-// cacheOverhead is what the bound counts for each entry beside its bytes.
 func newAnswerCache(max int) answerCache {
 	return answerCache{max: max, byKey: map[string]*list.Element{}}
 }
@@ -169,9 +168,9 @@ func cacheable(method string) bool {
 	return false
 }
 
-// cachedAnswer answers a request with key from the cache when it can:
-// it returns the delivery (the client's id at At still to splice), or ok
-// false after counting a miss.
+// cachedAnswer returns the cached answer to a request of method with key,
+// counting a hit, or ok false, counting a miss when the answer could have
+// been cached.
 func (c *Core) cachedAnswer(method, key string) (x *cached, ok bool) {
 	if c.cache.max <= 0 || !cacheable(method) {
 		return nil, false

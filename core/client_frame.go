@@ -153,16 +153,9 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 		p.ID = bytes.Clone(id)
 		return c.unsubscribe(e, cl, frame, m, p)
 	}
-	if c.coalesce[method] || (c.cache.max > 0 && cacheable(method)) {
-		var params []byte
-		if m.Params.Present() {
-			params = m.Params.In(frame)
-		}
-		if key, err := router.CallKey(method, params); err == nil {
-			p.Key = key
-			if x, ok := c.cachedAnswer(method, key); ok {
-				return c.fromCache(e, cl, x, id, b)
-			}
+	if p.Key = c.callKey(frame, m, method); p.Key != "" {
+		if x, ok := c.cachedAnswer(method, p.Key); ok {
+			return c.fromCache(e, cl, x, id, b)
 		}
 	}
 	uid := c.reqs.Next()

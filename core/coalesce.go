@@ -40,6 +40,32 @@ var DefaultCoalesceMethods = []string{
 	"eth_getStorageAt", "eth_getTransactionCount", "eth_feeHistory",
 }
 
+// maxKeyedParams bounds the params of a request that may be coalesced or
+// cached: keying one costs a decode and a copy of its params.
+const maxKeyedParams = 16 << 10
+
+// callKey returns the CallKey of request m in frame when it may be
+// coalesced or cached, else "". Keying decodes the params under the
+// shell's lock, and the key is held as long as the request: params over
+// maxKeyedParams go without one.
+func (c *Core) callKey(frame []byte, m *router.Message, method string) string {
+	if !c.coalesce[method] && (c.cache.max <= 0 || !cacheable(method)) {
+		return ""
+	}
+	var params []byte
+	if m.Params.Present() {
+		params = m.Params.In(frame)
+	}
+	if len(params) > maxKeyedParams {
+		return ""
+	}
+	key, err := router.CallKey(method, params)
+	if err != nil {
+		return ""
+	}
+	return key
+}
+
 // coalesceTable is the calls of the current connection that requests may
 // join. It is emptied when the connection is lost.
 type coalesceTable struct {
