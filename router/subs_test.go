@@ -47,7 +47,7 @@ func TestCallKey(t *testing.T) {
 		{"eth_getBalance", `["0xab","latest"]`, "eth_getBalance", `["0xAB","latest"]`, false}, // hex case kept
 		{"eth_getBalance", `["0xab","latest"]`, "eth_getCode", `["0xab","latest"]`, false},
 		{"eth_feeHistory", `[4,"latest",[25]]`, "eth_feeHistory", `[4.0,"latest",[25]]`, false}, // number text kept
-		{"eth_blockNumber", "", "eth_blockNumber", `[]`, false},                                  // absent vs empty
+		{"eth_blockNumber", "", "eth_blockNumber", `[]`, false},                                 // absent vs empty
 		{"eth_blockNumber", "", "eth_blockNumber", "", true},
 	}
 	raw := func(s string) []byte {
