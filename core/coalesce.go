@@ -159,8 +159,16 @@ func (t *coalesceTable) reset() {
 }
 
 // joined is how many requests in the pending table wait on another's call
-// (they sent nothing upstream).
-func (t *coalesceTable) joined() int { return len(t.waiter) - len(t.calls) }
+// (they sent nothing upstream). It walks the calls.
+func (t *coalesceTable) joined() int {
+	n := len(t.waiter)
+	for uid := range t.calls {
+		if t.waiter[uid] != nil {
+			n-- // the lead still waits: its frame was sent
+		}
+	}
+	return n
+}
 
 // forward sends single request p (upstream id uid) on the current
 // connection, or has it join an identical call in flight, and records it
