@@ -228,6 +228,9 @@ func (c *Core) push(e *Effects, frame []byte, m *router.Message, now time.Time) 
 		c.drop(e, DropUnknownSubscription, "upstream push for a subscription nobody holds", "gen", c.gen)
 		return
 	}
+	if isNewHeadsKey(sh.key) && (len(c.coalesce) > 0 || c.cache.max > 0) {
+		c.headPushed(m.Params.In(frame))
+	}
 	elem := frame[m.Start:m.End]
 	live := sharedPush{elem, rebase(m.Subscription, m.Start), true, m.Start}
 	if c.gap.Passes(sh.key) {

@@ -90,6 +90,8 @@ func New(cfg Config) (*Server, error) {
 		DenyMethods:       cfg.DenyMethods,
 		RetryMethods:      cfg.RetryMethods,
 		BackfillBlocks:    backfill,
+		CoalesceMethods:   cfg.CoalesceMethods,
+		CacheBytes:        max(cfg.CacheBytes, 0),
 		NewSubscriptionID: newSubscriptionID,
 		Observer:          observer{s.metrics},
 	})

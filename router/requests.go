@@ -36,7 +36,10 @@ type Pending struct {
 	Up    *UpstreamBatch
 	Frame []byte // the request as sent upstream, kept so it can be sent again
 	Kind  Kind
-	Key   string // the subscription key, for KindSubscribe, KindUnsubscribe and KindBackfill
+	// Key is the subscription key, for KindSubscribe, KindUnsubscribe and
+	// KindBackfill; for a KindCall, its CallKey when package core may
+	// coalesce or cache it, else "".
+	Key string
 }
 
 // Requests is the pending table of ONE upstream connection: upstream id ->

@@ -36,5 +36,43 @@ func TestSubscriptionKey(t *testing.T) {
 	}
 }
 
+// TestCallKey: a call's key ignores whitespace and member order and
+// nothing else.
+func TestCallKey(t *testing.T) {
+	tests := []struct {
+		ma, pa, mb, pb string
+		same           bool
+	}{
+		{"eth_call", `[{"to":"0x1","data":"0x2"},"latest"]`, "eth_call", `[ {"data":"0x2", "to":"0x1"} , "latest" ]`, true},
+		{"eth_getBalance", `["0xab","latest"]`, "eth_getBalance", `["0xAB","latest"]`, false}, // hex case kept
+		{"eth_getBalance", `["0xab","latest"]`, "eth_getCode", `["0xab","latest"]`, false},
+		{"eth_feeHistory", `[4,"latest",[25]]`, "eth_feeHistory", `[4.0,"latest",[25]]`, false}, // number text kept
+		{"eth_blockNumber", "", "eth_blockNumber", `[]`, false},                                 // absent vs empty
+		{"eth_blockNumber", "", "eth_blockNumber", "", true},
+	}
+	raw := func(s string) []byte {
+		if s == "" {
+			return nil
+		}
+		return []byte(s)
+	}
+	for _, tt := range tests {
+		ka, err := CallKey(tt.ma, raw(tt.pa))
+		if err != nil {
+			t.Fatalf("%s %s: %v", tt.ma, tt.pa, err)
+		}
+		kb, err := CallKey(tt.mb, raw(tt.pb))
+		if err != nil {
+			t.Fatalf("%s %s: %v", tt.mb, tt.pb, err)
+		}
+		if (ka == kb) != tt.same {
+			t.Errorf("%s %s vs %s %s: same=%v, want %v", tt.ma, tt.pa, tt.mb, tt.pb, ka == kb, tt.same)
+		}
+	}
+	if _, err := CallKey("eth_call", []byte(`[1] [2]`)); err == nil {
+		t.Error("two values keyed")
+	}
+}
+
 // TestSubscriptionsAttempts: only the answer to the eth_subscribe in flight
 // for a key can make it live or fail it.
