@@ -75,6 +75,11 @@ func (r *recorder) BackfillGap(kind, reason string) {
 	r.counts["gap "+kind+" "+reason]++
 }
 func (r *recorder) BackfillDuration(time.Duration) { r.durations++ }
+func (r *recorder) Coalesced(method string)        { r.counts["coalesced "+method]++ }
+func (r *recorder) CacheHit(method string)         { r.counts["cache hit "+method]++ }
+func (r *recorder) CacheMiss(method string)        { r.counts["cache miss "+method]++ }
+func (r *recorder) CacheEvicted(n int)             { r.counts["cache evicted"] += n }
+func (r *recorder) CacheBytes(int)                 {}
 
 // harness drives one Core. now only moves when a step says so; the core
 // never reads a clock.
