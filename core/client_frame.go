@@ -153,7 +153,10 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 		p.ID = bytes.Clone(id)
 		return c.unsubscribe(e, cl, frame, m, p)
 	}
-	if p.Key = c.callKey(frame, m, method); p.Key != "" {
+	// A batch element never coalesces (its batch goes upstream as its
+	// own array), so it is keyed only when it may be answered from the
+	// cache.
+	if p.Key = c.callKey(frame, m, method, up != nil); p.Key != "" {
 		if x, ok := c.cachedAnswer(method, p.Key); ok {
 			return c.fromCache(e, cl, x, id, b)
 		}

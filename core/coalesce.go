@@ -41,15 +41,16 @@ var DefaultCoalesceMethods = []string{
 }
 
 // maxKeyedParams bounds the params of a request that may be coalesced or
-// cached: keying one costs a decode and a copy of its params.
+// cached: keying one costs a pass over its params and a copy of them.
 const maxKeyedParams = 16 << 10
 
 // callKey returns the CallKey of request m in frame when it may be
-// coalesced or cached, else "". Keying decodes the params under the
-// shell's lock, and the key is held as long as the request: params over
+// coalesced (a single request) or cached, else "". inBatch says m is an
+// element of a client batch. Keying reads the params under the shell's
+// lock, and the key is held as long as the request: params over
 // maxKeyedParams go without one.
-func (c *Core) callKey(frame []byte, m *router.Message, method string) string {
-	if !c.coalesce[method] && (c.cache.max <= 0 || !cacheable(method)) {
+func (c *Core) callKey(frame []byte, m *router.Message, method string, inBatch bool) string {
+	if (inBatch || !c.coalesce[method]) && (c.cache.max <= 0 || !cacheable(method)) {
 		return ""
 	}
 	var params []byte

@@ -43,27 +43,6 @@ func SubscriptionKey(params []byte) (string, error) {
 	return encodeCanonical(v)
 }
 
-// CallKey canonicalises a call (method and params, nil when absent) into
-// the key under which identical calls are coalesced and cached: the
-// method, a NUL, and params with whitespace dropped and object members in
-// key order, as SubscriptionKey does. Numbers keep their text and strings
-// their case (hex included): two calls share a key only when the node
-// must read them as the same call. Absent params and [] are different keys.
-func CallKey(method string, params []byte) (string, error) {
-	if params == nil {
-		return method + "\x00", nil
-	}
-	var v any
-	if err := decodeCanonical(params, &v); err != nil {
-		return "", ErrCallParams
-	}
-	s, err := encodeCanonical(v)
-	if err != nil {
-		return "", err
-	}
-	return method + "\x00" + s, nil
-}
-
 // decodeCanonical decodes raw, one JSON value, into v, numbers as their
 // text.
 func decodeCanonical(raw []byte, v any) error {

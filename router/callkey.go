@@ -1,0 +1,172 @@
+package router
+
+import (
+	"bytes"
+	"slices"
+)
+
+// CallKey canonicalises a call (method and params, nil when absent) into
+// the key under which identical calls are coalesced and cached: the method,
+// a NUL, and params with whitespace dropped and object members in key
+// order. Everything else stays as written: numbers keep their text, strings
+// their escapes and case (hex included), so two calls share a key only when
+// the node must read them as the same call (calls written differently are
+// merely kept apart). Absent params and [] are different keys. It works on
+// the bytes in one pass, without decoding: it runs for every request on
+// the coalescing and cache lists.
+func CallKey(method string, params []byte) (string, error) {
+	var stack [256]byte
+	dst := append(append(stack[:0], method...), 0)
+	if params == nil {
+		return string(dst), nil
+	}
+	dst, i, err := appendCanonical(dst, params, skipSpace(params, 0), 0)
+	if err != nil {
+		return "", err
+	}
+	if skipSpace(params, i) != len(params) {
+		return "", ErrCallParams
+	}
+	return string(dst), nil
+}
+
+// maxCanonicalDepth bounds the nesting appendCanonical follows, as the
+// scanner does (maxDepth).
+const maxCanonicalDepth = maxDepth
+
+// canonicalMember is where one object member went in dst: its key (quotes
+// included) at key, the whole "key":value at whole.
+type canonicalMember struct{ key, whole Span }
+
+// appendCanonical appends the JSON value at b[i:] to dst without
+// whitespace and with object members in key order, and returns dst and the
+// index after the value.
+func appendCanonical(dst, b []byte, i, depth int) ([]byte, int, error) {
+	if i >= len(b) || depth > maxCanonicalDepth {
+		return dst, i, ErrCallParams
+	}
+	switch b[i] {
+	case '"':
+		end, err := skipString(b, i)
+		if err != nil {
+			return dst, i, ErrCallParams
+		}
+		return append(dst, b[i:end]...), end, nil
+	case '[':
+		dst = append(dst, '[')
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return append(dst, ']'), i + 1, nil
+		}
+		for {
+			var err error
+			if dst, i, err = appendCanonical(dst, b, i, depth+1); err != nil {
+				return dst, i, err
+			}
+			i = skipSpace(b, i)
+			if i >= len(b) {
+				return dst, i, ErrCallParams
+			}
+			switch b[i] {
+			case ',':
+				dst = append(dst, ',')
+				i = skipSpace(b, i+1)
+			case ']':
+				return append(dst, ']'), i + 1, nil
+			default:
+				return dst, i, ErrCallParams
+			}
+		}
+	case '{':
+		return appendCanonicalObject(dst, b, i, depth)
+	}
+	// A number or a literal, as written.
+	var (
+		end int
+		err error
+	)
+	switch b[i] {
+	case 't':
+		end, err = skipLiteral(b, i, "true")
+	case 'f':
+		end, err = skipLiteral(b, i, "false")
+	case 'n':
+		end, err = skipLiteral(b, i, "null")
+	default:
+		end, err = skipNumber(b, i)
+	}
+	if err != nil {
+		return dst, i, ErrCallParams
+	}
+	return append(dst, b[i:end]...), end, nil
+}
+
+// appendCanonicalObject is appendCanonical for the object at b[i].
+func appendCanonicalObject(dst, b []byte, i, depth int) ([]byte, int, error) {
+	base := len(dst)
+	dst = append(dst, '{')
+	var local [8]canonicalMember
+	members := local[:0]
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return append(dst, '}'), i + 1, nil
+	}
+	for {
+		if len(members) > 0 {
+			dst = append(dst, ',')
+		}
+		start := len(dst)
+		if i >= len(b) || b[i] != '"' {
+			return dst, i, ErrCallParams
+		}
+		end, err := skipString(b, i)
+		if err != nil {
+			return dst, i, ErrCallParams
+		}
+		dst = append(dst, b[i:end]...)
+		key := Span{start, len(dst) - start}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return dst, i, ErrCallParams
+		}
+		dst = append(dst, ':')
+		if dst, i, err = appendCanonical(dst, b, skipSpace(b, i+1), depth+1); err != nil {
+			return dst, i, err
+		}
+		members = append(members, canonicalMember{key, Span{start, len(dst) - start}})
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return dst, i, ErrCallParams
+		}
+		if b[i] == '}' {
+			break
+		}
+		if b[i] != ',' {
+			return dst, i, ErrCallParams
+		}
+		i = skipSpace(b, i+1)
+	}
+	i++ // '}'
+	sorted := slices.IsSortedFunc(members, func(x, y canonicalMember) int {
+		return bytes.Compare(x.key.In(dst), y.key.In(dst))
+	})
+	if !sorted {
+		// Lay the members out again in key order, from a copy.
+		region := bytes.Clone(dst[base+1:])
+		for k := range members {
+			members[k].key.Off -= base + 1
+			members[k].whole.Off -= base + 1
+		}
+		slices.SortStableFunc(members, func(x, y canonicalMember) int {
+			return bytes.Compare(x.key.In(region), y.key.In(region))
+		})
+		dst = dst[:base+1]
+		for k, m := range members {
+			if k > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, m.whole.In(region)...)
+		}
+	}
+	return append(dst, '}'), i, nil
+}
