@@ -23,7 +23,11 @@ func TestMain(m *testing.M) {
 
 // TestSmoke runs the whole suite with tiny sizes and checks its shape: every
 // figure present and positive, muxd on exactly one upstream socket per
-// workload, direct and relay on one per client. No thresholds.
+// workload, direct and relay on one per client. No thresholds; but the
+// counts of (h) are exact: one upstream call per client call straight to
+// the node, through the relay, and through muxd for distinct reads, and
+// fewer through muxd for identical ones (eth_chainId comes from the cache
+// after the first head).
 func TestSmoke(t *testing.T) {
 	o := smokeOptions()
 	o.Duration, o.Warmup = 500*time.Millisecond, 50*time.Millisecond
@@ -32,6 +36,7 @@ func TestSmoke(t *testing.T) {
 	o.Idle, o.Settle = 50, 100*time.Millisecond
 	o.ProbeSubs, o.ProbeEvery, o.ProbeWindow = 20, 100*time.Millisecond, 300*time.Millisecond
 	o.LargeSizes, o.LargeClients = []int{20e3, 300e3}, 3
+	o.HeadClients, o.Heads = 5, 3
 	if testing.Verbose() {
 		o.Progress = os.Stderr
 	}
@@ -42,9 +47,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clients := map[string]int64{"a": 1, "b": int64(o.Clients), "c": int64(o.Clients), "d10": 10, "d30": 30, "e": int64(o.Idle), "f": int64(o.ProbeSubs) + 1, "g20KB": 3, "g300KB": 3}
+	clients := map[string]int64{"a": 1, "b": int64(o.Clients), "c": int64(o.Clients), "d10": 10, "d30": 30, "e": int64(o.Idle), "f": int64(o.ProbeSubs) + 1, "g20KB": 3, "g300KB": 3, "h": int64(o.HeadClients)}
 	wantKeys := []string{"a.p50", "a.p99", "b.rps", "b.cpu", "c.rps", "c.cpu", "d10.p50", "d10.p99", "d30.p50", "d30.p99", "e.rss",
-		"f.p99", "f.max", "f.dps", "g20KB.mbps", "g20KB.cpu", "g20KB.rss", "g300KB.mbps", "g300KB.cpu", "g300KB.rss"}
+		"f.p99", "f.max", "f.dps", "g20KB.mbps", "g20KB.cpu", "g20KB.rss", "g300KB.mbps", "g300KB.cpu", "g300KB.rss", "h.same", "h.distinct"}
 	got := map[string]*Row{}
 	for _, r := range rep.Rows {
 		got[r.Key] = r
@@ -88,6 +93,21 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("%s: direct used %d upstream connections, want %d", k, c, n)
 			}
 		}
+	}
+	for k, want := range map[string]map[string]float64{
+		"h.same":     {"direct": 1, "relay": 1},
+		"h.distinct": {"direct": 1, "relay": 1, "muxd": 1},
+	} {
+		if r := got[k]; r != nil {
+			for m, v := range want {
+				if r.Value[m] != v {
+					t.Errorf("%s %s = %v upstream calls per client call, want %v", k, m, r.Value[m], v)
+				}
+			}
+		}
+	}
+	if r := got["h.same"]; r != nil && !(r.Value["muxd"] < 1) {
+		t.Errorf("h.same muxd = %v upstream calls per client call, want < 1", r.Value["muxd"])
 	}
 	if len(rep.Rows) != len(wantKeys) {
 		t.Errorf("%d rows, want %d", len(rep.Rows), len(wantKeys))

@@ -293,6 +293,13 @@ var subscribeNewHeads = []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_subscribe"
 // message it reads to onPush (the message is only valid during the call)
 // until the socket is closed.
 func subscribeMany(ctx context.Context, url string, n int, wg *sync.WaitGroup, onPush func(msg []byte)) ([]*websocket.Conn, error) {
+	return subscribeEach(ctx, url, n, wg, func(_ int, _ *websocket.Conn, msg []byte) { onPush(msg) })
+}
+
+// subscribeEach is subscribeMany with onMsg told which socket (its index
+// and itself) read the message; onMsg runs on that socket's reader
+// goroutine, the only one that calls it for that socket.
+func subscribeEach(ctx context.Context, url string, n int, wg *sync.WaitGroup, onMsg func(i int, c *websocket.Conn, msg []byte)) ([]*websocket.Conn, error) {
 	return dialMany(ctx, url, n, func(i int, c *websocket.Conn) error {
 		if err := c.Write(ctx, websocket.MessageText, subscribeNewHeads); err != nil {
 			return err
@@ -310,7 +317,7 @@ func subscribeMany(ctx context.Context, url string, n int, wg *sync.WaitGroup, o
 				if _, err := readInto(c, &buf); err != nil {
 					return // closed by closeAll
 				}
-				onPush(buf.Bytes())
+				onMsg(i, c, buf.Bytes())
 			}
 		})
 		return nil

@@ -57,9 +57,14 @@ type Options struct {
 	// each keep one request outstanding.
 	LargeSizes   []int
 	LargeClients int
-	Smoke        bool
-	Only         string    // workloads to run, e.g. "b,c" or "d"; "" runs all
-	Progress     io.Writer // nil: quiet
+	// HeadClients clients in (h) each send three reads on every one of
+	// Heads new heads (per phase) to a node that answers in NodeDelay.
+	HeadClients int
+	Heads       int
+	NodeDelay   time.Duration
+	Smoke       bool
+	Only        string    // workloads to run, e.g. "b,c" or "d"; "" runs all
+	Progress    io.Writer // nil: quiet
 }
 
 func fullOptions() Options {
@@ -70,6 +75,7 @@ func fullOptions() Options {
 		Idle: 10000, Settle: time.Second,
 		ProbeSubs: 10000, ProbeEvery: 500 * time.Millisecond, ProbeWindow: 5 * time.Second, Ahead: 16,
 		LargeSizes: []int{1e6, 8e6, 32e6}, LargeClients: 10,
+		HeadClients: 100, Heads: 20, NodeDelay: 20 * time.Millisecond,
 	}
 }
 
@@ -80,7 +86,8 @@ func smokeOptions() Options {
 		FanoutSizes: []int{50, 100}, Pushes: 10, PushGap: time.Millisecond,
 		Idle: 200, Settle: 200 * time.Millisecond,
 		ProbeSubs: 200, ProbeEvery: 100 * time.Millisecond, ProbeWindow: 500 * time.Millisecond, Ahead: 16,
-		LargeSizes: []int{64e3, 1e6}, LargeClients: 10, Smoke: true,
+		LargeSizes: []int{64e3, 1e6}, LargeClients: 10,
+		HeadClients: 10, Heads: 3, NodeDelay: 20 * time.Millisecond, Smoke: true,
 	}
 }
 
@@ -134,6 +141,9 @@ type Report struct {
 		Ahead        int     `json:"ahead"`
 		LargeSizes   []int   `json:"large_sizes"`
 		LargeClients int     `json:"large_clients"`
+		HeadClients  int     `json:"head_clients"`
+		Heads        int     `json:"heads"`
+		NodeDelayMS  float64 `json:"node_delay_ms"`
 		Smoke        bool    `json:"smoke"`
 	} `json:"options"`
 	Rows  []*Row   `json:"rows"`
@@ -202,7 +212,7 @@ type measurement struct {
 	run      func(ctx context.Context, e *env) (map[string]float64, error)
 }
 
-// runs reports whether workload w (a, b, c, d<n>, e, f, g<size>) was asked for.
+// runs reports whether workload w (a, b, c, d<n>, e, f, g<size>, h) was asked for.
 func (o Options) runs(w string) bool {
 	if o.Only == "" {
 		return true
@@ -254,6 +264,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Options.LargeSizes, rep.Options.LargeClients = o.LargeSizes, o.LargeClients
 	rep.Options.ProbeSubs, rep.Options.ProbeEveryMS = o.ProbeSubs, float64(o.ProbeEvery)/float64(time.Millisecond)
 	rep.Options.ProbeWindowS, rep.Options.Ahead = o.ProbeWindow.Seconds(), o.Ahead
+	rep.Options.HeadClients, rep.Options.Heads = o.HeadClients, o.Heads
+	rep.Options.NodeDelayMS = float64(o.NodeDelay) / float64(time.Millisecond)
 
 	rows := map[string]*Row{}
 	addRow := func(r *Row) {
@@ -306,6 +318,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		addRow(&Row{Key: w + ".cpu", Workload: w, Name: name + ": proxy CPU per GB", Unit: "CPU-s", Better: "lower", Goal: ratioTarget(1.2, false)})
 		addRow(&Row{Key: w + ".rss", Workload: w, Name: name + ": proxy peak RSS", Unit: "MiB", Better: "lower", Goal: rssGoal})
 	}
+	var hGoal *goal
+	if !o.Smoke {
+		hGoal = absTarget(0.05, "calls/call")
+	}
+	hName := fmt.Sprintf("(h) %d clients, ", o.HeadClients)
+	hNode := fmt.Sprintf(" per head, node %d ms: upstream calls per client call", o.NodeDelay.Milliseconds())
+	addRow(&Row{Key: "h.same", Workload: "h", Name: hName + "same 3 reads" + hNode, Unit: "calls/call", Better: "lower", Goal: hGoal})
+	addRow(&Row{Key: "h.distinct", Workload: "h", Name: hName + "control, 3 distinct reads" + hNode, Unit: "calls/call", Better: "lower"})
 
 	ms := []measurement{
 		{"a", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
@@ -343,6 +363,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return map[string]float64{w + ".mbps": f.mbps, w + ".cpu": f.cpuPerGB, w + ".rss": f.peakRSSMB}, err
 		}})
 	}
+	ms = append(ms, measurement{"h", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
+		f, err := runReads(ctx, e, o)
+		return map[string]float64{"h.same": f.same, "h.distinct": f.distinct}, err
+	}})
+	// The upstream's flags by workload; without: the fast echo.
+	upstreamArgs := map[string][]string{"h": {"-node-delay", o.NodeDelay.String()}}
 
 	for _, m := range ms {
 		if !o.runs(m.workload) {
@@ -362,7 +388,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					return nil, err
 				}
 				t0 := time.Now()
-				figs, conns, err := measure(ctx, mode, m.run)
+				figs, conns, err := measure(ctx, mode, upstreamArgs[m.workload], m.run)
 				if err != nil {
 					return nil, fmt.Errorf("workload %s, %s, rep %d: %w", m.workload, mode, r+1, err)
 				}
@@ -432,10 +458,11 @@ func fmtFigs(f map[string]float64) string {
 	return strings.TrimSpace(b.String())
 }
 
-// measure starts a fresh upstream (and proxy), runs fn, and returns its
-// figures and the number of connections the upstream accepted.
-func measure(ctx context.Context, mode string, fn func(context.Context, *env) (map[string]float64, error)) (map[string]float64, int64, error) {
-	e, err := startEnv(mode)
+// measure starts a fresh upstream (with upstreamArgs) and proxy, runs fn,
+// and returns its figures and the number of connections the upstream
+// accepted.
+func measure(ctx context.Context, mode string, upstreamArgs []string, fn func(context.Context, *env) (map[string]float64, error)) (map[string]float64, int64, error) {
+	e, err := startEnv(mode, upstreamArgs...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -536,6 +563,7 @@ func main() {
 	var (
 		role     = flag.String("role", "", "internal: run as a child process (upstream, relay, muxd)")
 		_        = flag.String("upstream", "", "internal: upstream URL for -role relay/muxd")
+		_        = flag.Duration("node-delay", 0, "internal: -role upstream answers the simulated chain's reads after this long")
 		asJSON   = flag.Bool("json", false, "print the report as JSON instead of a table")
 		smoke    = flag.Bool("smoke", false, "tiny sizes, 1 rep, ~1 s per measurement (CI)")
 		reps     = flag.Int("reps", 0, "repetitions per measurement (default 3, smoke 1)")
@@ -545,7 +573,7 @@ func main() {
 		replot   = flag.String("replot", "", "run nothing: draw the JSON report in this file (from -out) as the -chart")
 		check    = flag.Bool("check", false, "exit 1 when a target in the table is missed")
 		quiet    = flag.Bool("q", false, "no progress lines on stderr")
-		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e, f, g (or g1MB, g8MB, g32MB)")
+		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e, f, g (or g1MB, g8MB, g32MB), h")
 		large    = flag.String("large", "", "answer sizes of (g) in bytes, comma-separated (default 1e6,8e6,32e6; smoke 64e3,1e6)")
 	)
 	flag.Parse()

@@ -155,8 +155,9 @@ type env struct {
 	target   string
 }
 
-func startEnv(mode string) (*env, error) {
-	up, err := startChild("upstream")
+// startEnv starts the processes of mode, the upstream with upstreamArgs.
+func startEnv(mode string, upstreamArgs ...string) (*env, error) {
+	up, err := startChild("upstream", upstreamArgs...)
 	if err != nil {
 		return nil, err
 	}

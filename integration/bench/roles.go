@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -40,6 +41,7 @@ func childMain(args []string) int {
 	fs := flag.NewFlagSet("bench-child", flag.ContinueOnError)
 	role := fs.String("role", "", "upstream | relay | muxd")
 	upstream := fs.String("upstream", "", "upstream ws:// URL (relay, muxd)")
+	nodeDelay := fs.Duration("node-delay", 0, "upstream: answer the simulated chain's reads after this long, and count calls by method (workload h)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -65,7 +67,7 @@ func childMain(args []string) int {
 	var err error
 	switch *role {
 	case "upstream":
-		err = runUpstream(ctx)
+		err = runUpstream(ctx, *nodeDelay)
 	case "relay":
 		err = runRelay(ctx, *upstream)
 	case "muxd":
@@ -109,13 +111,24 @@ const readLimit = 64 << 20
 // once with its params echoed as the result; eth_subscribe gets a
 // subscription id, and /ctl/push sends one ~2 KB newHeads-like
 // notification to every subscription.
+//
+// With a delay (-node-delay, workload h) it is a node with a simulated
+// chain instead: single requests of chainMethods are answered after the
+// delay with what the chain holds at the head (appendChainAnswer), every
+// single request is counted by method (/ctl/stats), and /ctl/push?seq=n
+// makes block n the head and pushes it, a real block with its hash and
+// parent hash, to every subscription.
 type upstreamServer struct {
 	accepted atomic.Int64 // WebSocket connections accepted since start
 	current  atomic.Int64
 	nextSub  atomic.Uint64
 
+	delay time.Duration // 0: no simulated chain
+	head  atomic.Uint64 // the simulated chain's head
+
 	mu    sync.Mutex
 	conns map[*upConn]struct{}
+	calls map[string]int64 // single requests received by method, with a delay only
 }
 
 type upConn struct {
@@ -131,8 +144,8 @@ func (c *upConn) send(parts ...[]byte) {
 	}
 }
 
-func runUpstream(ctx context.Context) error {
-	u := &upstreamServer{conns: make(map[*upConn]struct{})}
+func runUpstream(ctx context.Context, delay time.Duration) error {
+	u := &upstreamServer{conns: make(map[*upConn]struct{}), delay: delay, calls: make(map[string]int64)}
 	return listenAndAnnounce(ctx, u)
 }
 
@@ -144,8 +157,9 @@ func (u *upstreamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for c := range u.conns {
 			subs += len(c.subs)
 		}
+		calls := maps.Clone(u.calls)
 		u.mu.Unlock()
-		json.NewEncoder(w).Encode(upstreamStats{Accepted: u.accepted.Load(), Current: u.current.Load(), Subs: subs})
+		json.NewEncoder(w).Encode(upstreamStats{Accepted: u.accepted.Load(), Current: u.current.Load(), Subs: subs, Calls: calls})
 		return
 	case "/ctl/push":
 		seq, _ := strconv.Atoi(r.URL.Query().Get("seq"))
@@ -193,6 +207,9 @@ func (u *upstreamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if big, ok := largeAnswer(msg); ok {
 			c.send(big...)
+			continue
+		}
+		if u.delay > 0 && u.chainAnswer(c, msg) {
 			continue
 		}
 		if resp := u.answer(c, msg); resp != nil {
@@ -279,6 +296,9 @@ type upstreamStats struct {
 	Accepted int64 `json:"accepted"`
 	Current  int64 `json:"current"`
 	Subs     int   `json:"subs"`
+	// Calls are the single requests received by method (with -node-delay
+	// only).
+	Calls map[string]int64 `json:"calls,omitempty"`
 }
 
 type pushReply struct {
@@ -290,6 +310,28 @@ type rpcReq struct {
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
 	Params json.RawMessage `json:"params"`
+}
+
+// chainAnswer counts the single request msg and, when it is a read of the
+// simulated chain, answers it after u.delay with the chain as it is at its
+// arrival, and reports true; anything else is left to answer.
+func (u *upstreamServer) chainAnswer(c *upConn, msg []byte) bool {
+	var req rpcReq
+	if json.Unmarshal(msg, &req) != nil || req.ID == nil {
+		return false
+	}
+	u.mu.Lock()
+	u.calls[req.Method]++
+	u.mu.Unlock()
+	if !chainMethods[req.Method] {
+		return false
+	}
+	resp, ok := appendChainAnswer(nil, req.ID, req.Method, req.Params, u.head.Load())
+	if !ok {
+		resp = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"invalid params"}}`, req.ID)
+	}
+	time.AfterFunc(u.delay, func() { c.send(resp) })
+	return true
 }
 
 // answer returns the response frame for msg, or nil (notifications).
@@ -387,6 +429,10 @@ const pushPrefix = `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subs
 func (u *upstreamServer) push(seq int) (int, int64) {
 	body := pushBody(seq)
 	tsAt := bytes.Index(body, []byte(`"bench_ts":`)) + len(`"bench_ts":`)
+	if u.delay > 0 {
+		u.head.Store(uint64(seq))
+		body, tsAt = appendHeadPush(nil, uint64(seq)), -1
+	}
 	type target struct {
 		c *upConn
 		f []byte
@@ -407,7 +453,9 @@ func (u *upstreamServer) push(seq int) (int, int64) {
 	stamp := fmt.Sprintf("%0*d", tsWidth, ts)
 	off := len(pushPrefix) + 34 // "0x" + 32 hex digits
 	for _, t := range targets {
-		copy(t.f[off+tsAt:], stamp)
+		if tsAt >= 0 {
+			copy(t.f[off+tsAt:], stamp)
+		}
 		t.c.send(t.f)
 	}
 	return len(targets), ts

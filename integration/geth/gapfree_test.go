@@ -194,32 +194,11 @@ func TestGapFreeAcrossCut(t *testing.T) {
 	from := devAccount(t, direct)
 
 	// Deploy the contract.
-	var txHash string
-	if err := direct.CallContext(ctxT(t, 10*time.Second), &txHash, "eth_sendTransaction", map[string]any{
+	contract, _ := minedReceipt(t, direct, sendTx(t, direct, map[string]any{
 		"from": from, "data": logContract, "gas": "0x30000",
-	}); err != nil {
-		t.Fatalf("deploy: %v", err)
-	}
-	var contract string
-	for tries := 0; contract == ""; tries++ {
-		var rcpt struct {
-			ContractAddress string `json:"contractAddress"`
-		}
-		if err := direct.CallContext(ctxT(t, 10*time.Second), &rcpt, "eth_getTransactionReceipt", txHash); err != nil {
-			t.Fatalf("receipt: %v", err)
-		}
-		contract = rcpt.ContractAddress
-		if contract == "" {
-			if tries == 10 {
-				t.Fatal("deploy not mined in 10 blocks")
-			}
-			// Not mined yet: wait for the next block.
-			var cur string
-			if err := direct.CallContext(ctxT(t, 10*time.Second), &cur, "eth_blockNumber"); err != nil {
-				t.Fatalf("eth_blockNumber: %v", err)
-			}
-			waitBlock(t, direct, hexNum(t, cur)+1)
-		}
+	}))["contractAddress"].(string)
+	if contract == "" {
+		t.Fatal("deploy receipt without a contract address")
 	}
 
 	c1, c2, c3 := dial(t, h.WSURL), dial(t, h.WSURL), dial(t, h.WSURL)

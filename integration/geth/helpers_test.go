@@ -153,6 +153,40 @@ func waitBlock(t *testing.T, c *rpc.Client, n uint64) {
 	}
 }
 
+// sendTx sends tx with eth_sendTransaction on c and returns its hash.
+func sendTx(t *testing.T, c *rpc.Client, tx map[string]any) string {
+	t.Helper()
+	var hash string
+	if err := c.CallContext(ctxT(t, 10*time.Second), &hash, "eth_sendTransaction", tx); err != nil {
+		t.Fatalf("eth_sendTransaction %v: %v", tx, err)
+	}
+	return hash
+}
+
+// minedReceipt waits, block by block (at most 10), until transaction hash
+// is mined, and returns its receipt as c answers it.
+func minedReceipt(t *testing.T, c *rpc.Client, hash string) map[string]any {
+	t.Helper()
+	for tries := 0; ; tries++ {
+		var rcpt map[string]any
+		if err := c.CallContext(ctxT(t, 10*time.Second), &rcpt, "eth_getTransactionReceipt", hash); err != nil {
+			t.Fatalf("eth_getTransactionReceipt %s: %v", hash, err)
+		}
+		if rcpt != nil {
+			return rcpt
+		}
+		if tries == 10 {
+			t.Fatalf("transaction %s not mined in 10 blocks", hash)
+		}
+		// Not mined yet: wait for the next block.
+		var cur string
+		if err := c.CallContext(ctxT(t, 10*time.Second), &cur, "eth_blockNumber"); err != nil {
+			t.Fatalf("eth_blockNumber: %v", err)
+		}
+		waitBlock(t, c, hexNum(t, cur)+1)
+	}
+}
+
 // outcome is a call's result or error in a comparable form.
 type outcome struct {
 	Result any    // decoded JSON result
