@@ -153,6 +153,11 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 		p.ID = bytes.Clone(id)
 		return c.unsubscribe(e, cl, frame, m, p)
 	}
+	if p.Key = c.callKey(frame, m, method); p.Key != "" {
+		if x, ok := c.cachedAnswer(method, p.Key); ok {
+			return c.fromCache(e, cl, x, id, b)
+		}
+	}
 	uid := c.reqs.Next()
 	var idBuf [20]byte
 	if up != nil {
@@ -204,17 +209,28 @@ func (c *Core) enqueue(e *Effects, cl *client, uid uint64, p router.Pending, now
 		if cl != nil {
 			cl.waiting++
 		}
+	} else if p.Up == nil {
+		c.forward(e, uid, p, now)
 	} else {
 		c.reqs.Add(uid, p)
-		if p.Up == nil {
-			c.send(e, p.Frame)
-		}
 	}
 	if p.Up != nil {
 		p.Up.AddCall(uid, p.Frame)
 	}
 	c.started(cl, len(p.Frame))
 	return true
+}
+
+// fromCache answers a request with id from the cache: a single request
+// gets the cached answer with its id for the shell to splice in (nil
+// returned), an element of batch b the spliced bytes.
+func (c *Core) fromCache(e *Effects, cl *client, x *cached, id []byte, b *router.Batch) []byte {
+	c.obs.Answered(0, 0)
+	if b != nil {
+		return router.AppendSpliced(make([]byte, 0, len(x.msg)-x.at.Len+len(id)), x.msg, x.at, id)
+	}
+	e.deliver(cl, Delivery{Msg: x.msg, At: x.at, ID: bytes.Clone(id)})
+	return nil
 }
 
 // errorBytes builds one of muxd's own error responses and counts it.

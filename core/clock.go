@@ -21,6 +21,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	var expired, gaveUp []router.Pending
 	c.reqs.Expire(now, func(id uint64, p router.Pending) {
 		c.settled(&p)
+		c.coal.left(id) // its call, if any, goes on for the others
 		if p.Kind == router.KindBackfill {
 			// The gap machine times it out itself (Tick below).
 			delete(c.gapReqs, id)
@@ -93,7 +94,7 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 		return
 	}
 	delete(c.clients, id)
-	c.reqs.DropClient(id, nil)
+	c.reqs.DropClient(id, func(uid uint64, _ router.Pending) { c.coal.left(uid) })
 	c.waiting.forget(cl.waiting, c.alive)
 	c.obs.InFlight(-cl.inflight)
 	c.owing -= cl.inflight
@@ -121,6 +122,7 @@ func (c *Core) Shutdown(e *Effects, err router.RPCError, now time.Time) int {
 		c.settled(&p)
 		done = append(done, p)
 	})
+	c.coal.reset()
 	for _, w := range c.waiting.take() {
 		if !c.alive(w.p.Client) {
 			continue

@@ -24,12 +24,14 @@ func (c *Core) UpstreamConnected(e *Effects, gen uint64, now time.Time) {
 		if cl := c.clients[w.p.Client]; cl != nil {
 			cl.waiting--
 		}
-		c.reqs.Add(w.id, w.p)
 		sent++
-		switch {
-		case w.p.Up == nil:
-			c.send(e, w.p.Frame)
-		case !w.p.Up.Started():
+		if w.p.Up == nil {
+			// Identical requests that waited go as one call.
+			c.forward(e, w.id, w.p, now)
+			continue
+		}
+		c.reqs.Add(w.id, w.p)
+		if !w.p.Up.Started() {
 			// A batch's requests wait together, in order: its array
 			// goes where its first request stood.
 			c.send(e, w.p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
@@ -45,7 +47,9 @@ func (c *Core) UpstreamConnected(e *Effects, gen uint64, now time.Time) {
 // array, which the node never saw) go back to the waiting queue under their
 // upstream id while their deadline allows; every other request fails at
 // once with -32002 "connection lost", because it may or may not have been
-// executed. A connection that is not the current one changes nothing.
+// executed. Requests that waited on one coalesced call are each retried or
+// failed like that, and coalesced again on the next connection; the
+// coalescing table, the head view and the cache are emptied. A connection that is not the current one changes nothing.
 func (c *Core) UpstreamLost(e *Effects, gen uint64, now time.Time) {
 	e.Reset()
 	defer c.finish(e)
@@ -92,6 +96,7 @@ func (c *Core) UpstreamLost(e *Effects, gen uint64, now time.Time) {
 			c.answer(e, cl, p, Delivery{Msg: router.ErrorResponse(p.ID, lost)}, lost.Code, now)
 		}
 	}
+	c.forgetConnection()
 	c.subs.lost()
 	c.subGauges()
 	c.gap.Disconnected()

@@ -16,7 +16,8 @@ var ErrTooManyClients = errors.New("too many clients")
 var ErrClosed = errors.New("server shutting down")
 
 // Config holds the rules' parameters. Every field must be set (package mux
-// fills in its defaults) except Observer and NewSubscriptionID.
+// fills in its defaults) except Observer, and those whose zero value turns
+// a feature off (BackfillBlocks, CoalesceMethods, CacheBytes).
 type Config struct {
 	RequestTimeout   time.Duration // a request's deadline, from its arrival
 	UpstreamWait     time.Duration // how long a request waits for an upstream
@@ -34,6 +35,12 @@ type Config struct {
 	RetryMethods  []string
 	// BackfillBlocks is package gapfill's Blocks; <= 0: off.
 	BackfillBlocks int
+	// CoalesceMethods are the methods whose identical requests in flight
+	// share one upstream call (coalesce.go); none: off.
+	CoalesceMethods []string
+	// CacheBytes bounds the cache of answers that cannot change
+	// (cache.go); <= 0: off.
+	CacheBytes int
 	// NewSubscriptionID returns a fresh client subscription id, a JSON
 	// string (quotes included). Subscription ids are the one input the
 	// core cannot derive from its events: the shell draws them at random.
@@ -65,6 +72,14 @@ type Core struct {
 	gapReqs    map[uint64]uint64
 	gapTimeout time.Duration
 
+	// coalesce is Config.CoalesceMethods as a set; coal the calls
+	// requests may join; cache the answers that cannot change; heads
+	// the chain as the node's pushes show it.
+	coalesce map[string]bool
+	coal     coalesceTable
+	cache    answerCache
+	heads    headView
+
 	// Scratch reused from one event to the next.
 	uids []uint64
 }
@@ -93,7 +108,17 @@ func New(cfg Config) (*Core, error) {
 		return nil, errors.New("core: no NewSubscriptionID")
 	}
 	gapTimeout := min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout)
+	coalesce := make(map[string]bool, len(cfg.CoalesceMethods))
+	for _, m := range cfg.CoalesceMethods {
+		coalesce[m] = true
+	}
+	// Subscriptions are shared by their own table.
+	delete(coalesce, methodSubscribe)
+	delete(coalesce, methodUnsubscribe)
 	return &Core{
+		coalesce:   coalesce,
+		coal:       newCoalesceTable(),
+		cache:      newAnswerCache(cfg.CacheBytes),
 		cfg:        cfg,
 		obs:        cfg.Observer,
 		policy:     pol,
@@ -203,6 +228,8 @@ func (c *Core) finish(e *Effects) {
 type Stats struct {
 	Clients          int // sessions
 	Pending          int // requests in flight on the current connection, muxd's own included
+	Joined           int // of Pending, requests waiting on another's identical call (nothing sent)
+	CacheBytes       int // bytes the cache of answers holds
 	Waiting          int // requests waiting for an upstream, muxd's own included
 	Backfill         int // backfill requests in flight
 	InFlight         int // client requests owed an answer, subscribe waiters included
@@ -215,10 +242,12 @@ type Stats struct {
 // Stats returns a snapshot of the tables. It walks the clients.
 func (c *Core) Stats() Stats {
 	s := Stats{
-		Clients:  len(c.clients),
-		Pending:  c.reqs.Len(),
-		Waiting:  c.waiting.live,
-		Backfill: len(c.gapReqs),
+		Clients:    len(c.clients),
+		Pending:    c.reqs.Len(),
+		Waiting:    c.waiting.live,
+		Backfill:   len(c.gapReqs),
+		Joined:     c.coal.joined(),
+		CacheBytes: c.cache.bytes,
 	}
 	for _, cl := range c.clients {
 		s.InFlight += cl.inflight

@@ -98,6 +98,11 @@ type Observer interface {
 	Backfilled(kind string, n int)            // pushes delivered by a backfill, by subscription kind
 	BackfillGap(kind, reason string)          // a gap not closed
 	BackfillDuration(d time.Duration)         // one backfill job, from gap found to delivered
+	Coalesced(method string)                  // a request that joined an identical call in flight
+	CacheHit(method string)                   // a request answered from the cache
+	CacheMiss(method string)                  // a cacheable request the cache did not hold
+	CacheEvicted(n int)                       // entries evicted (bound, reorg, connection lost)
+	CacheBytes(n int)                         // bytes the cache holds now
 }
 
 // nopObserver counts nothing.
@@ -114,3 +119,8 @@ func (nopObserver) Pushed(int)                     {}
 func (nopObserver) Backfilled(string, int)         {}
 func (nopObserver) BackfillGap(string, string)     {}
 func (nopObserver) BackfillDuration(time.Duration) {}
+func (nopObserver) Coalesced(string)               {}
+func (nopObserver) CacheHit(string)                {}
+func (nopObserver) CacheMiss(string)               {}
+func (nopObserver) CacheEvicted(int)               {}
+func (nopObserver) CacheBytes(int)                 {}

@@ -180,7 +180,10 @@ func (c *Core) unsubscribe(e *Effects, cl *client, frame []byte, m *router.Messa
 	// means it.
 	subID, _ := json.Marshal(strings.ToLower(args[0]))
 	result := "false"
-	if _, ok := cl.subs[string(subID)]; ok {
+	// A subscription whose eth_subscribe still waits for the node's
+	// answer has not been handed to the client: it is not the client's to
+	// cancel yet (detaching it would leave that eth_subscribe unanswered).
+	if mem, ok := cl.subs[string(subID)]; ok && mem.req == nil {
 		c.detach(e, cl, string(subID), p.Sent)
 		result = "true"
 	}
@@ -224,6 +227,9 @@ func (c *Core) push(e *Effects, frame []byte, m *router.Message, now time.Time) 
 	if sh == nil {
 		c.drop(e, DropUnknownSubscription, "upstream push for a subscription nobody holds", "gen", c.gen)
 		return
+	}
+	if isNewHeadsKey(sh.key) && (len(c.coalesce) > 0 || c.cache.max > 0) {
+		c.headPushed(m.Params.In(frame))
 	}
 	elem := frame[m.Start:m.End]
 	live := sharedPush{elem, rebase(m.Subscription, m.Start), true, m.Start}

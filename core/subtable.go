@@ -16,6 +16,7 @@ import (
 //	(re)subscribing -> live          the node answered with its subscription id
 //	subscribing    -> (gone)         the node refused it: the waiters get its error
 //	resubscribing  -> failed         the node refused it: waiters get its error, the others stay
+//	subscribing    -> failed         the same, when a member's answer went out in a batch still open
 //	any            -> idle           the connection is lost (nothing is live any more)
 //	live           -> unsubscribing  its last member left: eth_unsubscribe sent
 //	other          -> (gone)         its last member left

@@ -63,6 +63,11 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 		c.drop(e, DropUnknownID, "upstream response on a connection that is no longer current", "gen", gen)
 		return
 	}
+	if k := c.coal.answered(uid); k != nil {
+		c.keep(k.method, k.key, frame, m)
+		c.callAnswered(e, k, frame, m, lendable, now)
+		return
+	}
 	p, ok := c.reqs.Take(uid)
 	if !ok {
 		c.drop(e, DropUnknownID, "upstream response matches no pending request", "gen", gen, "id", uid)
@@ -82,6 +87,7 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 	case router.KindUnsubscribe:
 		return
 	}
+	c.keep(p.Method, p.Key, frame, m)
 	if cl == nil {
 		return
 	}
@@ -187,6 +193,7 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 			c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
 		}
 		c.settled(&p)
+		c.keep(p.Method, p.Key, frame, m)
 		c.answered(&p, responseCode(frame, m), now)
 		out = router.AppendSpliced(out, elem, idSpan, p.ID)
 	}

@@ -132,22 +132,18 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 		}
 		j.phase = logsCheck
 		m.resolveChecks(k, now)
-	case purposeCheckBlock:
+	case purposeCheckBlock, purposeLogsBlock:
 		h, ok := parseHeader(result)
 		if !ok || h.num != r.num {
 			m.failed(k, r, now)
 			return
 		}
 		j.checked[r.num] = h.hash
-		m.resolveChecks(k, now)
-	case purposeLogsBlock:
-		h, ok := parseHeader(result)
-		if !ok || h.num != r.num {
-			m.failed(k, r, now)
-			return
+		if r.purpose == purposeCheckBlock {
+			m.resolveChecks(k, now)
+		} else {
+			m.enqueue(k, logsByHash(k, r.num, h.hash), now)
 		}
-		j.checked[r.num] = h.hash
-		m.enqueue(k, logsByHash(k, r.num, h.hash), now)
 	case purposeGetLogs, purposeLogsByHash:
 		var entries []json.RawMessage
 		if json.Unmarshal(result, &entries) != nil {

@@ -423,14 +423,7 @@ func TestLogsHeadJump(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := &node{chain: main, head: 10, logs: logsOf(main, 1, 60)}
 			h := newHarness(t, Config{Blocks: 128}, n)
-			h.apply(h.m.Live(headsKey, h.now), nil)
-			h.apply(h.m.Live(logsKey, h.now), nil)
-			for b := uint64(1); b <= 10; b++ {
-				h.push(headsKey, headJSON(main[b]))
-				for _, l := range only(logsOf(main, b, b), "0xaa") {
-					h.push(logsKey, logJSON(l, false))
-				}
-			}
+			liveHeadsAndLogs(h, main, 10)
 			n.seen = nil
 			n.head = tt.head
 			for _, l := range tt.liveBefore {
@@ -539,14 +532,7 @@ func TestLogsHeadJumpDuringJob(t *testing.T) {
 	main := chainOf(0, 0, 60)
 	n := &node{chain: main, logs: logsOf(main, 1, 60)}
 	h := newHarness(t, Config{Blocks: 128}, n)
-	h.apply(h.m.Live(headsKey, h.now), nil)
-	h.apply(h.m.Live(logsKey, h.now), nil)
-	for b := uint64(1); b <= 5; b++ {
-		h.push(headsKey, headJSON(main[b]))
-		for _, l := range only(logsOf(main, b, b), "0xaa") {
-			h.push(logsKey, logJSON(l, false))
-		}
-	}
+	liveHeadsAndLogs(h, main, 5)
 	h.m.Disconnected()
 	n.head = 8
 	var later []Send
@@ -580,5 +566,19 @@ func TestLogsHeadJumpDuringJob(t *testing.T) {
 	want := logStrings(append(only(logsOf(main, 6, 12), "0xaa"), lg{13, main[13].hash, 0, "0xaa"}), false)
 	if !slices.Equal(got, want) || len(h.gaps) != 0 {
 		t.Fatalf("delivered\n%v\nwant\n%v\ngaps %v", got, want, h.gaps)
+	}
+}
+
+// liveHeadsAndLogs makes the heads key and the logs key live and pushes
+// blocks 1 to last of chain live on both: each head, then its logs of
+// address 0xaa.
+func liveHeadsAndLogs(h *harness, chain map[uint64]blk, last uint64) {
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	for b := uint64(1); b <= last; b++ {
+		h.push(headsKey, headJSON(chain[b]))
+		for _, l := range only(logsOf(chain, b, b), "0xaa") {
+			h.push(logsKey, logJSON(l, false))
+		}
 	}
 }

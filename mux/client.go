@@ -150,10 +150,12 @@ func (c *Client) kickWriter() {
 // at the moment it looks is written in one call, so transports that can
 // coalesce do.
 func (c *Client) writeLoop() {
-	var (
-		batch []outMsg
-		w     messageWriter
-	)
+	var batch []outMsg
+	// Writers come and go with their client's traffic: the buffers they
+	// splice pushes into are shared through a pool, so that a fan-out to
+	// many idle clients does not make each new writer grow its own.
+	w := messageWriters.Get().(*messageWriter)
+	defer messageWriters.Put(w)
 	linger := time.NewTimer(writerLinger)
 	defer linger.Stop()
 	for {
@@ -196,10 +198,17 @@ func (c *Client) writeLoop() {
 	}
 }
 
+// maxKeptWriterBuf bounds the splice buffer a pooled messageWriter keeps:
+// the pool holds about one per writer running at once, not one per client.
+const maxKeptWriterBuf = 256 << 10
+
+// messageWriters are the writers' spare messageWriters.
+var messageWriters = sync.Pool{New: func() any { return new(messageWriter) }}
+
 // messageWriter turns the messages a writer takes from its queue into the
 // bytes its transport writes: shared pushes are spliced here, with each
 // client's own subscription id, into one buffer reused from one write to
-// the next. It is owned by one writer goroutine.
+// the next. It is owned by one writer goroutine at a time.
 type messageWriter struct {
 	arena []byte
 	spans []int // end of each spliced message in arena
@@ -209,6 +218,15 @@ type messageWriter struct {
 // messages returns the messages of batch as the client gets them, valid
 // until the next call, and their total size.
 func (w *messageWriter) messages(batch []outMsg) ([][]byte, int) {
+	spliced := 0
+	for i := range batch {
+		if m := &batch[i]; m.id != nil {
+			spliced += m.size()
+		}
+	}
+	if cap(w.arena) < spliced {
+		w.arena = make([]byte, 0, spliced)
+	}
 	w.arena, w.spans = w.arena[:0], w.spans[:0]
 	for i := range batch {
 		if m := &batch[i]; m.id != nil {
@@ -241,7 +259,7 @@ func (w *messageWriter) written(batch []outMsg, pool *framePool) {
 		}
 	}
 	clear(w.msgs)
-	w.arena = reuse(w.arena, maxKeptSessionBuf)
+	w.arena = reuse(w.arena, maxKeptWriterBuf)
 	w.msgs = reuse(w.msgs, maxKeptQueue)
 }
 

@@ -25,13 +25,15 @@ const (
 	DefaultUpstreamMaxBatch   = 1000
 	DefaultUpstreamWait       = 5 * time.Second
 	DefaultBackfillBlocks     = 128
+	DefaultCacheBytes         = 64 << 20
 )
 
 // DefaultRetryMethods and DefaultDenyMethods are the routing core's (see
 // package core).
 var (
-	DefaultRetryMethods = core.DefaultRetryMethods
-	DefaultDenyMethods  = core.DefaultDenyMethods
+	DefaultRetryMethods    = core.DefaultRetryMethods
+	DefaultDenyMethods     = core.DefaultDenyMethods
+	DefaultCoalesceMethods = core.DefaultCoalesceMethods
 )
 
 // Config configures a Server. The zero value of every field but Upstream (or
@@ -128,6 +130,16 @@ type Config struct {
 	// at most this many blocks back (see package gapfill). 0 means
 	// DefaultBackfillBlocks; negative turns backfill off.
 	BackfillBlocks int
+
+	// CoalesceMethods are the methods whose identical requests in flight
+	// share one upstream call (coalesce_methods); nil means
+	// DefaultCoalesceMethods, an empty non-nil slice turns coalescing off
+	// (coalesce = false).
+	CoalesceMethods []string
+	// CacheBytes bounds the cache of answers that cannot change
+	// (cache_bytes). 0 means DefaultCacheBytes; negative turns the cache
+	// off.
+	CacheBytes int
 }
 
 func (c Config) withDefaults() Config {
@@ -194,6 +206,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BackfillBlocks == 0 {
 		c.BackfillBlocks = DefaultBackfillBlocks
+	}
+	if c.CoalesceMethods == nil {
+		c.CoalesceMethods = DefaultCoalesceMethods
+	}
+	if c.CacheBytes == 0 {
+		c.CacheBytes = DefaultCacheBytes
 	}
 	return c
 }

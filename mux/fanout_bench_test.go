@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/reconnect"
 )
 
@@ -41,8 +42,10 @@ var fanoutPush = func() []byte {
 // per subscriber, with every subscriber's writer splicing its id in and
 // draining concurrently.
 // ns/delivery and allocs/delivery are the figures to read.
-func BenchmarkFanout1000(b *testing.B) {
-	const n = 1000
+// fanoutServer returns a server whose n clients (writing to nowhere) hold
+// one live newHeads subscription on connection u, which nothing reads.
+func fanoutServer(b *testing.B, n int) (*Server, *upstreamConn) {
+	b.Helper()
 	srv, err := New(Config{
 		Dial:               func(context.Context) (*websocket.Conn, error) { return nil, errors.New("no upstream in a benchmark") },
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -53,9 +56,9 @@ func BenchmarkFanout1000(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	u := &upstreamConn{Conn: &reconnect.Conn{Gen: 1}, srv: srv, gen: 1}
+	u := &upstreamConn{Conn: &reconnect.Conn{Gen: 1}, srv: srv, gen: 1, eff: new(core.Effects)}
 	srv.mu.Lock()
-	srv.core.UpstreamConnected(&u.eff, u.gen, time.Now())
+	srv.core.UpstreamConnected(u.eff, u.gen, time.Now())
 	srv.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
@@ -72,6 +75,43 @@ func BenchmarkFanout1000(b *testing.B) {
 	if up := srv.core.Stats().UpstreamSubs; up != 1 {
 		b.Fatalf("%d live upstream subscriptions, want 1", up)
 	}
+	return srv, u
+}
+
+// BenchmarkReaderBehindFanout is how long a 2 KB push to 10,000
+// subscribers keeps the upstream reader from its next frame (often an
+// answer a client is waiting for): ns/op is the reader's time per push.
+// "inline": the reader queues every delivery itself; "handoff": what muxd
+// does, the reader hands them to the fan-out goroutine (fanout.go) once the
+// core has routed the push. Each push is applied whole before the next
+// (not timed), so the figure is one push's, not a backlog's.
+func BenchmarkReaderBehindFanout(b *testing.B) {
+	const n = 10000
+	for _, mode := range []string{"inline", "handoff"} {
+		b.Run(mode, func(b *testing.B) {
+			srv, u := fanoutServer(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				buf := withHeadroom(fanoutPush) // a handed-off buffer is the job's
+				stop := func() {}
+				if mode == "handoff" {
+					stop = srv.startFanout()
+				}
+				b.StartTimer()
+				srv.route(u, buf)
+				b.StopTimer()
+				stop() // waits until the push is queued for every client
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func BenchmarkFanout1000(b *testing.B) {
+	const n = 1000
+	srv, u := fanoutServer(b, n)
 	pushed := counterValue(srv.metrics.Pushes)
 	buf := withHeadroom(fanoutPush)
 	b.SetBytes(int64(len(fanoutPush)))

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // bigCall is a request whose params carry size bytes of hex, so that its
@@ -43,7 +45,9 @@ func TestHeldBytesBound(t *testing.T) {
 	const mib = 1 << 20
 	t.Run("bound", func(t *testing.T) {
 		t.Parallel()
+		reg := prometheus.NewRegistry()
 		h, g := gatedHarness(t, false, func(c *Config) {
+			c.Registerer = reg
 			c.MaxHeldBytes = 10 * mib
 			c.RequestTimeout = time.Minute // frames of MiB are slow under -race
 			c.UpstreamWait = time.Minute
@@ -68,6 +72,9 @@ func TestHeldBytesBound(t *testing.T) {
 		if inflight, held := h.heldBytes(); inflight != 4 || held < 9*mib || held > 10*mib {
 			t.Errorf("held %d requests, %d bytes; want 4 and 9-10 MiB", inflight, held)
 		}
+		if w, held := gauge(t, reg, "muxd_requests_waiting"), gauge(t, reg, "muxd_request_bytes_held"); w != 4 || held < 9*mib || held > 10*mib {
+			t.Errorf("gauges: %v waiting, %v bytes held; want 4 and 9-10 MiB", w, held)
+		}
 		g.set(true)
 		got := answersByID(t, c, 4)
 		for id := 1; id <= 3; id++ {
@@ -76,6 +83,9 @@ func TestHeldBytesBound(t *testing.T) {
 		wantEcho(t, got[`9`], `9`, "eth_chainId", `[9]`)
 		if inflight, held := h.heldBytes(); inflight != 0 || held != 0 {
 			t.Errorf("after the answers: %d requests, %d bytes held; want 0", inflight, held)
+		}
+		if w, held := gauge(t, reg, "muxd_requests_waiting"), gauge(t, reg, "muxd_request_bytes_held"); w != 0 || held != 0 {
+			t.Errorf("gauges after the answers: %v waiting, %v bytes held; want 0", w, held)
 		}
 		// The room is back.
 		c.send(bigCall(6, 3*mib))
@@ -201,4 +211,20 @@ func TestReclaimer(t *testing.T) {
 			t.Fatalf("%d reclaims after the gap, want 2", runs())
 		}
 	})
+}
+
+// gauge reads the unlabelled gauge name from reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }

@@ -50,6 +50,11 @@ type Metrics struct {
 	BackfilledLogs     prometheus.Counter     // muxd_backfilled_total{kind="logs"}
 	BackfillGaps       *prometheus.CounterVec // muxd_backfill_gaps_total{kind,reason}
 	BackfillDuration   prometheus.Histogram   // muxd_backfill_duration_seconds
+	Coalesced          *prometheus.CounterVec // muxd_coalesced_total{method}
+	CacheHits          *prometheus.CounterVec // muxd_cache_hits_total{method}
+	CacheMisses        *prometheus.CounterVec // muxd_cache_misses_total{method}
+	CacheEvictions     prometheus.Counter     // muxd_cache_evictions_total
+	CacheBytes         prometheus.Gauge       // muxd_cache_bytes
 	backfilled         *prometheus.CounterVec
 
 	dropped            [numDropReasons]prometheus.Counter
@@ -128,6 +133,21 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "muxd_backfill_duration_seconds", Help: "Time from a gap being found to its backfill being delivered.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})
+	m.Coalesced = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "muxd_coalesced_total", Help: "Requests that joined an identical call in flight on the upstream instead of being sent, by method.",
+	}, []string{"method"})
+	m.CacheHits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "muxd_cache_hits_total", Help: "Requests answered from the cache of answers that cannot change, by method.",
+	}, []string{"method"})
+	m.CacheMisses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "muxd_cache_misses_total", Help: "Cacheable requests the cache did not hold, by method.",
+	}, []string{"method"})
+	m.CacheEvictions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "muxd_cache_evictions_total", Help: "Cache entries evicted: past the size bound, made suspect by a reorg, or with the upstream connection lost.",
+	})
+	m.CacheBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "muxd_cache_bytes", Help: "Bytes held by the cache of answers that cannot change.",
+	})
 	for r := DropReason(0); r < numDropReasons; r++ {
 		m.dropped[r] = m.Dropped.WithLabelValues(r.String())
 	}
@@ -144,7 +164,8 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Clients, m.Requests, m.Responses, m.Latency, m.InFlight,
 			m.UpstreamConnected, m.UpstreamReconnects, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
 			m.Pushes, m.SlowConsumers, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
-			m.ListenConnections, m.backfilled, m.BackfillGaps, m.BackfillDuration)
+			m.ListenConnections, m.backfilled, m.BackfillGaps, m.BackfillDuration,
+			m.Coalesced, m.CacheHits, m.CacheMisses, m.CacheEvictions, m.CacheBytes)
 	}
 	return m
 }
@@ -214,6 +235,11 @@ func (o observer) InFlight(delta int)               { o.m.InFlight.Add(float64(d
 func (o observer) Retried(n int)                    { o.m.Retried.Add(float64(n)) }
 func (o observer) Pushed(n int)                     { o.m.Pushes.Add(float64(n)) }
 func (o observer) BackfillDuration(d time.Duration) { o.m.BackfillDuration.Observe(d.Seconds()) }
+func (o observer) Coalesced(method string)          { o.m.Coalesced.WithLabelValues(method).Inc() }
+func (o observer) CacheHit(method string)           { o.m.CacheHits.WithLabelValues(method).Inc() }
+func (o observer) CacheMiss(method string)          { o.m.CacheMisses.WithLabelValues(method).Inc() }
+func (o observer) CacheEvicted(n int)               { o.m.CacheEvictions.Add(float64(n)) }
+func (o observer) CacheBytes(n int)                 { o.m.CacheBytes.Set(float64(n)) }
 func (o observer) BackfillGap(kind, reason string) {
 	o.m.BackfillGaps.WithLabelValues(kind, reason).Inc()
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/reconnect"
 	"github.com/muxd/muxd/router"
@@ -47,6 +49,7 @@ type Server struct {
 	peersMu sync.RWMutex
 	peers   map[router.ClientID]*Client
 
+	fanout  fanouts // the upstream reader's hand-off of large fan-outs
 	dropLog dropLimiter
 	frames  framePool // the upstream reader's large frame buffers
 	reclaim reclaimer // gives large releases back to the OS
@@ -87,6 +90,8 @@ func New(cfg Config) (*Server, error) {
 		DenyMethods:       cfg.DenyMethods,
 		RetryMethods:      cfg.RetryMethods,
 		BackfillBlocks:    backfill,
+		CoalesceMethods:   cfg.CoalesceMethods,
+		CacheBytes:        max(cfg.CacheBytes, 0),
 		NewSubscriptionID: newSubscriptionID,
 		Observer:          observer{s.metrics},
 	})
@@ -94,6 +99,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
 	s.core = rc
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.tableGauges()...)
+	}
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
 	s.sup = reconnect.New(reconnect.Config{
@@ -122,7 +130,9 @@ func (s *Server) Run(ctx context.Context) error {
 		defer wg.Done()
 		s.sweepLoop(sweepCtx)
 	}()
+	stopFanout := s.startFanout()
 	err := s.sup.Run(ctx, s.serveUpstream)
+	stopFanout() // the upstream reader, its one sender, has returned
 	stopSweep()
 	wg.Wait()
 	s.failAll(router.ErrorUnavailable.Because("shutdown"))
@@ -274,5 +284,25 @@ func (s *Server) idleNowLocked() {
 	case <-s.idle:
 	default:
 		close(s.idle)
+	}
+}
+
+// tableGauges are the series read off the core's tables when scraped.
+func (s *Server) tableGauges() []prometheus.Collector {
+	stat := func(f func(core.Stats) int) func() float64 {
+		return func() float64 {
+			s.mu.Lock()
+			st := s.core.Stats()
+			s.mu.Unlock()
+			return float64(f(st))
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "muxd_requests_waiting", Help: "Requests waiting for an upstream connection (none is up, or they are retried on the next).",
+		}, stat(func(st core.Stats) int { return st.Waiting })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "muxd_request_bytes_held", Help: "Bytes of clients' requests muxd holds, in flight upstream or waiting (bounded per client by max_held_bytes).",
+		}, stat(func(st core.Stats) int { return st.HeldBytes })),
 	}
 }

@@ -22,7 +22,7 @@ type upstreamConn struct {
 	srv    *Server
 	gen    uint64           // the core's number for this connection
 	msgs   []router.Message // scan buffer, owned by the reader
-	eff    core.Effects     // the reader's core effects, owned by the reader
+	eff    *core.Effects    // the reader's core effects, owned by the reader
 	failed sync.Once
 }
 
@@ -55,7 +55,7 @@ func (u *upstreamConn) send(frames ...[]byte) {
 // it), and then reads and routes every message in arrival order until the
 // connection fails.
 func (s *Server) serveUpstream(ctx context.Context, rc *reconnect.Conn) error {
-	u := &upstreamConn{Conn: rc, ctx: ctx, srv: s}
+	u := &upstreamConn{Conn: rc, ctx: ctx, srv: s, eff: new(core.Effects)}
 	s.mu.Lock()
 	s.gens++
 	u.gen = s.gens
@@ -63,9 +63,9 @@ func (s *Server) serveUpstream(ctx context.Context, rc *reconnect.Conn) error {
 		s.metrics.UpstreamReconnects.Inc()
 	}
 	s.setUp(u)
-	s.core.UpstreamConnected(&u.eff, u.gen, time.Now())
+	s.core.UpstreamConnected(u.eff, u.gen, time.Now())
 	s.mu.Unlock()
-	s.apply(&u.eff, u, nil)
+	s.apply(u.eff, u, nil)
 
 	err := s.readUpstream(ctx, u)
 	s.upstreamLost(u)
@@ -106,8 +106,9 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 // route hands one upstream frame, buf[frameHeadroom:], to the routing
 // core: scanned here, outside the lock (a large answer by its head only:
 // its result is forwarded unscanned), then routed by core.UpstreamFrame.
-// It reports whether buf was lent to a client (see deliver); otherwise
-// nothing keeps a reference to it.
+// It reports whether buf was lent to a client (see deliver), or handed to
+// the fan-out goroutine with the deliveries that borrow from it (handOff);
+// otherwise nothing keeps a reference to it.
 func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	frame := buf[frameHeadroom:]
 	var (
@@ -123,10 +124,13 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	}
 	now := time.Now()
 	s.mu.Lock()
-	s.core.UpstreamFrame(&u.eff, u.gen, frame, f, err, now)
+	s.core.UpstreamFrame(u.eff, u.gen, frame, f, err, now)
 	s.mu.Unlock()
 	clear(u.msgs)
-	return s.apply(&u.eff, u, buf)
+	if s.handOff(u, buf) {
+		return true
+	}
+	return s.apply(u.eff, u, buf)
 }
 
 // scanLarge routes an answer larger than inlineSpliceMax by its head, so
@@ -166,9 +170,9 @@ func (s *Server) upstreamLost(u *upstreamConn) {
 	if s.up == u {
 		s.setUp(nil)
 	}
-	s.core.UpstreamLost(&u.eff, u.gen, time.Now())
+	s.core.UpstreamLost(u.eff, u.gen, time.Now())
 	s.mu.Unlock()
-	s.apply(&u.eff, nil, nil)
+	s.apply(u.eff, nil, nil)
 }
 
 // loggedDrop logs a dropped upstream message (the core counted it), at most

@@ -42,9 +42,6 @@ func (b *Batch) Close() {
 	b.want = 0
 }
 
-// Complete reports whether every expected answer is in.
-func (b *Batch) Complete() bool { return len(b.parts) >= b.want }
-
 // Want is the number of answers the batch expects in all.
 func (b *Batch) Want() int { return b.want }
 

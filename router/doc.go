@@ -1,10 +1,12 @@
-// Package router is the protocol brain of muxd: it scans and validates JSON-RPC
-// frames, splices ids, and keeps the two routing tables (pending requests by
-// upstream id, subscriptions by subscription id).
+// Package router is muxd's protocol layer: it scans and validates JSON-RPC
+// frames, splices ids, and provides the data structures of the first
+// routing layer (the pending table by upstream id, client batches and
+// their upstream arrays) and the subscription key.
 //
 // Nothing in this package does I/O or starts goroutines, and no type in it is
-// safe for concurrent use: the caller (package mux) owns the state and guards
-// it. That keeps every rule here testable exhaustively and fast.
+// safe for concurrent use: package core owns the state and its rules, and
+// its caller serializes the calls. That keeps every rule here testable
+// exhaustively and fast.
 //
 // Messages are never decoded whole. The scanner walks a frame once, validating
 // its JSON syntax and recording where the members that routing needs (id,

@@ -36,7 +36,10 @@ type Pending struct {
 	Up    *UpstreamBatch
 	Frame []byte // the request as sent upstream, kept so it can be sent again
 	Kind  Kind
-	Key   string // the subscription key, for KindSubscribe, KindUnsubscribe and KindBackfill
+	// Key is the subscription key, for KindSubscribe, KindUnsubscribe and
+	// KindBackfill; for a KindCall, its CallKey when package core may
+	// coalesce or cache it, else "".
+	Key string
 }
 
 // Requests is the pending table of ONE upstream connection: upstream id ->
@@ -170,9 +173,6 @@ func (r *Requests) unlink(i int) {
 // Len is the number of requests in flight.
 func (r *Requests) Len() int { return len(r.m) }
 
-// InFlight is the number of requests in flight for client c.
-func (r *Requests) InFlight(c ClientID) int { return r.perCli[c].n }
-
 // Expire removes every request whose deadline is not after now and calls fn
 // for each, earliest deadline first.
 func (r *Requests) Expire(now time.Time, fn func(id uint64, p Pending)) {
@@ -190,15 +190,6 @@ func (r *Requests) Expire(now time.Time, fn func(id uint64, p Pending)) {
 		r.remove(top.id, i)
 		fn(top.id, p)
 	}
-}
-
-// NextDeadline returns the earliest deadline that may still be pending
-// (possibly of a request answered since), or false if there is none.
-func (r *Requests) NextDeadline() (time.Time, bool) {
-	if r.deadline.len() == 0 {
-		return time.Time{}, false
-	}
-	return r.deadline.peek().at, true
 }
 
 // DropClient removes every request of client c, for a client that has gone.

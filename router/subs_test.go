@@ -2,7 +2,6 @@ package router
 
 import (
 	"testing"
-	"time"
 )
 
 func TestSubscriptionKey(t *testing.T) {
@@ -37,36 +36,43 @@ func TestSubscriptionKey(t *testing.T) {
 	}
 }
 
-// TestSubscriptionsAttempts: only the answer to the eth_subscribe in flight
-// for a key can make it live or fail it.
-func TestSubscriptionsAttempts(t *testing.T) {
-	tab := NewSubscriptions()
-	sh := tab.Attach("k", []byte(`["newHeads"]`), 1, `"0xa"`)
-	sh.State, sh.Attempt = SubSubscribing, 7
-	tab.Wait("k", Waiter{Member: Member{Client: 1, ID: `"0xa"`}, Request: Pending{Deadline: time.Now().Add(time.Hour)}})
-
-	if w := tab.Failed("k", 6); w != nil || sh.State != SubSubscribing {
-		t.Fatalf("a stale failure changed the key: waiters %v, state %v", w, sh.State)
+// TestCallKey: a call's key ignores whitespace and member order and
+// nothing else.
+func TestCallKey(t *testing.T) {
+	tests := []struct {
+		ma, pa, mb, pb string
+		same           bool
+	}{
+		{"eth_call", `[{"to":"0x1","data":"0x2"},"latest"]`, "eth_call", `[ {"data":"0x2", "to":"0x1"} , "latest" ]`, true},
+		{"eth_getBalance", `["0xab","latest"]`, "eth_getBalance", `["0xAB","latest"]`, false}, // hex case kept
+		{"eth_getBalance", `["0xab","latest"]`, "eth_getCode", `["0xab","latest"]`, false},
+		{"eth_feeHistory", `[4,"latest",[25]]`, "eth_feeHistory", `[4.0,"latest",[25]]`, false}, // number text kept
+		{"eth_blockNumber", "", "eth_blockNumber", `[]`, false},                                 // absent vs empty
+		{"eth_blockNumber", "", "eth_blockNumber", "", true},
 	}
-	if _, ok := tab.Subscribed("k", 6, `"0xold"`); ok {
-		t.Fatal("a stale answer made the key live")
+	raw := func(s string) []byte {
+		if s == "" {
+			return nil
+		}
+		return []byte(s)
 	}
-	w, ok := tab.Subscribed("k", 7, `"0xup"`)
-	if !ok || len(w) != 1 || sh.State != SubLive || tab.Push([]byte(`"0xup"`)) != sh {
-		t.Fatalf("current answer: ok %v waiters %d state %v", ok, len(w), sh.State)
+	for _, tt := range tests {
+		ka, err := CallKey(tt.ma, raw(tt.pa))
+		if err != nil {
+			t.Fatalf("%s %s: %v", tt.ma, tt.pa, err)
+		}
+		kb, err := CallKey(tt.mb, raw(tt.pb))
+		if err != nil {
+			t.Fatalf("%s %s: %v", tt.mb, tt.pb, err)
+		}
+		if (ka == kb) != tt.same {
+			t.Errorf("%s %s vs %s %s: same=%v, want %v", tt.ma, tt.pa, tt.mb, tt.pb, ka == kb, tt.same)
+		}
 	}
-	if _, ok := tab.Subscribed("k", 0, `"0xdup"`); ok {
-		t.Fatal("a second answer for a live key was accepted")
-	}
-	tab.Lost()
-	if sh.State != SubIdle || sh.Attempt != 0 || tab.Push([]byte(`"0xup"`)) != nil {
-		t.Fatal("Lost kept upstream state")
-	}
-	if idle := tab.Idle(); len(idle) != 1 || idle[0] != sh {
-		t.Fatalf("Idle = %v", idle)
-	}
-	_, last, unsub := tab.Detach(`"0xa"`)
-	if !last || unsub != "" || tab.Key("k") != nil {
-		t.Fatalf("Detach after loss: last %v unsub %q", last, unsub)
+	if _, err := CallKey("eth_call", []byte(`[1] [2]`)); err == nil {
+		t.Error("two values keyed")
 	}
 }
+
+// TestSubscriptionsAttempts: only the answer to the eth_subscribe in flight
+// for a key can make it live or fail it.

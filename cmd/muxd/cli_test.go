@@ -2,12 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/muxd/muxd/mux"
 )
 
 // TestHelp: -h, --help and `muxd help [command]` print on stdout, exit 0,
@@ -339,5 +342,41 @@ func TestProbeBatchUnanswered(t *testing.T) {
 	printReport(&b, ProbeReport{Endpoint: "x", BatchAnswered: false})
 	if !strings.Contains(b.String(), "batch returned in request order: unknown") || strings.Contains(b.String(), "reordered") {
 		t.Errorf("report for an unanswered batch:\n%s", b.String())
+	}
+}
+
+// TestCoalesceCacheOptions: coalesce, coalesce_methods and cache_bytes
+// reach mux as it reads them: off is an empty list and a negative size.
+func TestCoalesceCacheOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		methods   []string
+		cache     int
+		wantError string
+	}{
+		{"defaults", nil, mux.DefaultCoalesceMethods, mux.DefaultCacheBytes, ""},
+		{"off", []string{"--coalesce", "false", "--cache-bytes", "0"}, []string{}, -1, ""},
+		{"own list", []string{"--coalesce-methods", "eth_chainId,eth_call", "--cache-bytes", "1024"}, []string{"eth_chainId", "eth_call"}, 1024, ""},
+		{"off wins over a list", []string{"--coalesce=false", "--coalesce-methods", "eth_call"}, []string{}, mux.DefaultCacheBytes, ""},
+		{"bad bool", []string{"--coalesce", "maybe"}, nil, 0, "not true or false"},
+		{"negative cache", []string{"--cache-bytes", "-1"}, nil, 0, "cache_bytes: must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := loadConfig(append([]string{"--upstream", "ws://a:1"}, tc.args...))
+			if tc.wantError != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+					t.Fatalf("err = %v, want %q", err, tc.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			mc := muxConfig(cfg, slog.New(slog.DiscardHandler), nil)
+			if !reflect.DeepEqual(mc.CoalesceMethods, tc.methods) || mc.CacheBytes != tc.cache {
+				t.Errorf("mux gets coalesce_methods %v cache_bytes %d, want %v %d", mc.CoalesceMethods, mc.CacheBytes, tc.methods, tc.cache)
+			}
+		})
 	}
 }

@@ -83,6 +83,18 @@ type Config struct {
 	OutboundQueueBytes    int               `toml:"outbound_queue_bytes"`
 	HTTPBodyBytes         int64             `toml:"http_body_bytes"`
 	BackfillBlocks        int               `toml:"backfill_blocks"`
+	Coalesce              bool              `toml:"coalesce"`
+	CoalesceMethods       []string          `toml:"coalesce_methods"`
+	CacheBytes            int               `toml:"cache_bytes"`
+}
+
+// coalesceMethods is the coalesce_methods mux is given: none when
+// coalesce is false.
+func (c Config) coalesceMethods() []string {
+	if !c.Coalesce || c.CoalesceMethods == nil {
+		return []string{}
+	}
+	return c.CoalesceMethods
 }
 
 // defaults returns the configuration muxd runs with when nothing is set.
@@ -119,6 +131,9 @@ func defaults() Config {
 		OutboundQueueBytes: mux.DefaultOutboundQueueBytes,
 		HTTPBodyBytes:      mux.DefaultMaxHTTPBodyBytes,
 		BackfillBlocks:     mux.DefaultBackfillBlocks,
+		Coalesce:           true,
+		CoalesceMethods:    slices.Clone(mux.DefaultCoalesceMethods),
+		CacheBytes:         mux.DefaultCacheBytes,
 	}
 }
 
@@ -236,6 +251,9 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	}
 	if c.BackfillBlocks < 0 {
 		add("backfill_blocks: must not be negative (0 turns backfill off), got %d", c.BackfillBlocks)
+	}
+	if c.CacheBytes < 0 {
+		add("cache_bytes: must not be negative (0 turns the cache off), got %d", c.CacheBytes)
 	}
 	if c.MaxConnections < 0 {
 		add("max_connections: must not be negative (0 means max_clients), got %d", c.MaxConnections)

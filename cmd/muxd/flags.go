@@ -108,6 +108,12 @@ func setField(f reflect.Value, vals []string) error {
 		f.Set(reflect.ValueOf(Duration{d}))
 	case string:
 		f.SetString(last)
+	case bool:
+		b, err := strconv.ParseBool(last)
+		if err != nil {
+			return fmt.Errorf("%s is not true or false", shownValue(last))
+		}
+		f.SetBool(b)
 	case int, int64:
 		n, err := strconv.ParseInt(last, 10, 64)
 		if err != nil {

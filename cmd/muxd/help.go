@@ -25,6 +25,7 @@ var optionGroups = []optionGroup{
 	{"Upstream (the node)", []string{"upstream", "upstream_headers", "upstream_read_limit", "ping_interval", "ping_timeout", "reconnect_initial", "reconnect_max"}},
 	{"Listeners (for clients)", []string{"listen", "ipc", "ipc_mode", "ipc_group", "metrics"}},
 	{"Requests", []string{"request_timeout", "upstream_wait", "shutdown_grace", "backfill_blocks"}},
+	{"Coalescing and cache", []string{"coalesce", "coalesce_methods", "cache_bytes"}},
 	{"HTTP connections (on listen)", []string{"http_read_header_timeout", "http_read_timeout", "http_idle_timeout", "max_connections"}},
 	{"Logging", []string{"log_level", "log_format"}},
 	{"Access", []string{"allowed_origins", "allowed_hosts", "deny_methods", "retry_methods"}},
@@ -70,6 +71,9 @@ var optionHelp = map[string]string{
 	"http_idle_timeout":        "an idle keep-alive HTTP connection is closed after this",
 	"max_connections":          "connections open on listen, WebSocket included (0: max_clients)",
 	"backfill_blocks":          "most blocks of heads and logs a subscriber is sent after a reconnect or a head jump (0: off)",
+	"coalesce":                 "identical read requests in flight together share one upstream call (false: off)",
+	"coalesce_methods":         "methods whose identical requests are coalesced (read-only, no client state)",
+	"cache_bytes":              "bytes of answers that cannot change kept to answer repeats at once (0: off)",
 }
 
 // optionArg names the value an option's flag takes, for the help.
@@ -77,6 +81,7 @@ var optionArg = map[string]string{
 	"upstream": "URL", "upstream_headers": `"NAME: VALUE"`, "listen": "HOST:PORT", "metrics": "HOST:PORT",
 	"ipc": "PATH", "ipc_mode": "MODE", "ipc_group": "GROUP", "log_level": "LEVEL", "log_format": "FORMAT",
 	"allowed_origins": "LIST", "allowed_hosts": "LIST", "deny_methods": "LIST", "retry_methods": "LIST",
+	"coalesce_methods": "LIST",
 }
 
 // flagName is the flag of a TOML key.
@@ -145,6 +150,8 @@ func argOfKind(f reflect.Value) string {
 		return "DURATION"
 	case int, int64:
 		return "N"
+	case bool:
+		return "BOOL"
 	}
 	return "VALUE"
 }
@@ -173,6 +180,8 @@ func defaultText(key string, f reflect.Value) string {
 		return "default " + strings.Join(x, ",")
 	case map[string]string:
 		return "default none"
+	case bool:
+		return "default " + strconv.FormatBool(x)
 	}
 	return ""
 }

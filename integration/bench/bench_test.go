@@ -30,6 +30,7 @@ func TestSmoke(t *testing.T) {
 	o.Clients, o.Window = 4, 4
 	o.FanoutSizes, o.Pushes = []int{10, 30}, 5
 	o.Idle, o.Settle = 50, 100*time.Millisecond
+	o.ProbeSubs, o.ProbeEvery, o.ProbeWindow = 20, 100*time.Millisecond, 300*time.Millisecond
 	o.LargeSizes, o.LargeClients = []int{20e3, 300e3}, 3
 	if testing.Verbose() {
 		o.Progress = os.Stderr
@@ -41,9 +42,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clients := map[string]int64{"a": 1, "b": int64(o.Clients), "c": int64(o.Clients), "d10": 10, "d30": 30, "e": int64(o.Idle), "g20KB": 3, "g300KB": 3}
+	clients := map[string]int64{"a": 1, "b": int64(o.Clients), "c": int64(o.Clients), "d10": 10, "d30": 30, "e": int64(o.Idle), "f": int64(o.ProbeSubs) + 1, "g20KB": 3, "g300KB": 3}
 	wantKeys := []string{"a.p50", "a.p99", "b.rps", "b.cpu", "c.rps", "c.cpu", "d10.p50", "d10.p99", "d30.p50", "d30.p99", "e.rss",
-		"g20KB.mbps", "g20KB.cpu", "g20KB.rss", "g300KB.mbps", "g300KB.cpu", "g300KB.rss"}
+		"f.p99", "f.max", "f.dps", "g20KB.mbps", "g20KB.cpu", "g20KB.rss", "g300KB.mbps", "g300KB.cpu", "g300KB.rss"}
 	got := map[string]*Row{}
 	for _, r := range rep.Rows {
 		got[r.Key] = r

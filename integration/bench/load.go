@@ -110,6 +110,16 @@ func readInto(c *websocket.Conn, buf *bytes.Buffer) (websocket.MessageType, erro
 	return typ, err
 }
 
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 func percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
@@ -126,39 +136,43 @@ func runLatency(ctx context.Context, e *env, o Options) (p50, p99 float64, err e
 		return 0, 0, err
 	}
 	defer c.CloseNow()
+	now := time.Now()
+	lats, err := roundTrips(ctx, c, appendCall, now.Add(o.Warmup), now.Add(o.Warmup+o.Duration))
+	if err != nil {
+		return 0, 0, fmt.Errorf("latency: %w", err)
+	}
+	return percentile(lats, 0.50), percentile(lats, 0.99), nil
+}
+
+// roundTrips sends requests made by appendReq on c one at a time until end
+// and returns the round trips (µs) of those sent after warmEnd, sorted.
+// Every answer must carry a result.
+func roundTrips(ctx context.Context, c *websocket.Conn, appendReq func([]byte, int64) []byte, warmEnd, end time.Time) ([]float64, error) {
 	var buf []byte
 	var lats []float64
-	id := int64(0)
-	warmEnd := time.Now().Add(o.Warmup)
-	end := warmEnd.Add(o.Duration)
-	for {
-		now := time.Now()
-		if now.After(end) {
-			break
-		}
-		id++
-		buf = appendCall(buf[:0], id)
+	for id := int64(1); time.Now().Before(end); id++ {
+		buf = appendReq(buf[:0], id)
 		t0 := time.Now()
 		if err := c.Write(ctx, websocket.MessageText, buf); err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		_, msg, err := c.Read(ctx)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		d := time.Since(t0)
 		if !bytes.Contains(msg, resultKey) {
-			return 0, 0, fmt.Errorf("latency: bad response %.200s", msg)
+			return nil, fmt.Errorf("bad response %.200s", msg)
 		}
 		if t0.After(warmEnd) {
 			lats = append(lats, float64(d)/float64(time.Microsecond))
 		}
 	}
-	slices.Sort(lats)
 	if len(lats) == 0 {
-		return 0, 0, errors.New("latency: no samples")
+		return nil, errors.New("no samples")
 	}
-	return percentile(lats, 0.50), percentile(lats, 0.99), nil
+	slices.Sort(lats)
+	return lats, nil
 }
 
 // ---- (b), (c) closed-loop throughput ------------------------------------
@@ -237,15 +251,9 @@ func runThroughput(ctx context.Context, e *env, o Options, batch int) (perSec, c
 			}
 		})
 	}
-	select {
-	case <-time.After(o.Warmup):
-	case <-loadCtx.Done():
-	}
+	pause(loadCtx, o.Warmup)
 	n0, cpu0, t0 := done.Load(), e.proxyCPU(), time.Now()
-	select {
-	case <-time.After(o.Duration):
-	case <-loadCtx.Done():
-	}
+	pause(loadCtx, o.Duration)
 	n1, cpu1, t1 := done.Load(), e.proxyCPU(), time.Now()
 	stop()
 	closeAll(conns)
@@ -277,6 +285,38 @@ func (e *env) proxyCPU() time.Duration {
 
 // ---- (d) fan-out --------------------------------------------------------
 
+var subscribeNewHeads = []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}`)
+
+// subscribeMany opens n sockets and subscribes each to newHeads (the same
+// parameters, so muxd holds one upstream subscription for all). Each
+// socket then gets a reader goroutine, counted in wg, that passes every
+// message it reads to onPush (the message is only valid during the call)
+// until the socket is closed.
+func subscribeMany(ctx context.Context, url string, n int, wg *sync.WaitGroup, onPush func(msg []byte)) ([]*websocket.Conn, error) {
+	return dialMany(ctx, url, n, func(i int, c *websocket.Conn) error {
+		if err := c.Write(ctx, websocket.MessageText, subscribeNewHeads); err != nil {
+			return err
+		}
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(msg, resultKey) {
+			return fmt.Errorf("subscribe: %.200s", msg)
+		}
+		wg.Go(func() {
+			var buf bytes.Buffer
+			for {
+				if _, err := readInto(c, &buf); err != nil {
+					return // closed by closeAll
+				}
+				onPush(buf.Bytes())
+			}
+		})
+		return nil
+	})
+}
+
 // runFanout subscribes n clients to newHeads, has the upstream push
 // o.Pushes notifications one at a time, and returns the p50/p99 (ms) of the
 // time from the upstream's write (its wall-clock stamp in the payload) until
@@ -294,43 +334,23 @@ func runFanout(ctx context.Context, e *env, o Options, n int) (p50, p99 float64,
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var stray atomic.Int64
-	sub := []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}`)
-	conns, err := dialMany(ctx, e.target, n, func(i int, c *websocket.Conn) error {
-		if err := c.Write(ctx, websocket.MessageText, sub); err != nil {
-			return err
+	conns, err := subscribeMany(ctx, e.target, n, &wg, func(msg []byte) {
+		at := time.Now().UnixNano()
+		seq, ts, ok := parsePush(msg)
+		if !ok || seq < 0 || seq >= total {
+			stray.Add(1)
+			return
 		}
-		_, msg, err := c.Read(ctx)
-		if err != nil {
-			return err
-		}
-		if !bytes.Contains(msg, resultKey) {
-			return fmt.Errorf("subscribe: %.200s", msg)
-		}
-		wg.Go(func() {
-			var buf bytes.Buffer
-			for {
-				if _, err := readInto(c, &buf); err != nil {
-					return // closed by closeAll
-				}
-				at := time.Now().UnixNano()
-				seq, ts, ok := parsePush(buf.Bytes())
-				if !ok || seq < 0 || seq >= total {
-					stray.Add(1)
-					continue
-				}
-				stamp[seq].Store(ts)
-				for {
-					old := last[seq].Load()
-					if at <= old || last[seq].CompareAndSwap(old, at) {
-						break
-					}
-				}
-				if cnt[seq].Add(1) == int64(n) {
-					close(all[seq])
-				}
+		stamp[seq].Store(ts)
+		for {
+			old := last[seq].Load()
+			if at <= old || last[seq].CompareAndSwap(old, at) {
+				break
 			}
-		})
-		return nil
+		}
+		if cnt[seq].Add(1) == int64(n) {
+			close(all[seq])
+		}
 	})
 	if err != nil {
 		return 0, 0, err
@@ -431,6 +451,203 @@ func runIdle(ctx context.Context, e *env, o Options, n int) (float64, error) {
 	return float64(after-before) / float64(n), nil
 }
 
+// ---- (f) a probe client under fan-out; fan-out at saturation -------------
+
+// appendChainID appends an eth_chainId request with the given id.
+func appendChainID(b []byte, id int64) []byte {
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendInt(b, id, 10)
+	return append(b, `,"method":"eth_chainId","params":[]}`...)
+}
+
+// probeFigures are the figures of one (f) measurement.
+type probeFigures struct {
+	p99Ratio, maxRatio float64 // the probe's round trip under fan-out / quiet
+	deliveriesPerSec   float64 // at saturation
+}
+
+// runProbe subscribes n clients to newHeads (through muxd, one shared
+// upstream subscription) and opens one probe client that sends eth_chainId
+// one request at a time. After o.Warmup, the probe's round trips are
+// measured for o.ProbeWindow in all with no pushes (quiet), and for as long
+// while the upstream pushes a 2 KB notification every o.ProbeEvery, each of
+// which must reach every subscriber; the figures are the p99 and max under
+// fan-out over those when quiet. Last, the upstream is kept o.Ahead pushes
+// ahead of the subscribers (the proxy always has a backlog) and the
+// deliveries they read during o.Duration, after o.Warmup, are counted.
+func runProbe(ctx context.Context, e *env, o Options, n int) (probeFigures, error) {
+	var f probeFigures
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var stray atomic.Int64
+	p := &pusher{upstream: e.upstream, subs: int64(n), step: make(chan struct{}, 1)}
+	conns, err := subscribeMany(ctx, e.target, n, &wg, func(msg []byte) {
+		if _, _, ok := parsePush(msg); !ok {
+			stray.Add(1)
+			return
+		}
+		p.delivered()
+	})
+	if err != nil {
+		return f, err
+	}
+	defer closeAll(conns)
+	probe, err := dialWS(ctx, e.target)
+	if err != nil {
+		return f, err
+	}
+	defer probe.CloseNow()
+
+	// Quiet and fan-out alternate in slices of about two push intervals, so
+	// that load from outside the bench that comes and goes weighs on both
+	// alike; a quiet slice starts once the last push has reached everyone.
+	parts := max(1, int(o.ProbeWindow/(2*o.ProbeEvery)))
+	slice := o.ProbeWindow / time.Duration(parts)
+	var quiet, busy []float64
+	warmEnd := time.Now().Add(o.Warmup)
+	for range parts {
+		start := time.Now()
+		if start.Before(warmEnd) {
+			start = warmEnd
+		}
+		q, err := roundTrips(ctx, probe, appendChainID, warmEnd, start.Add(slice))
+		if err != nil {
+			return f, fmt.Errorf("probe, quiet: %w", err)
+		}
+		stopPushing := inBackground(ctx, p.every(o.ProbeEvery))
+		start = time.Now()
+		b, err := roundTrips(ctx, probe, appendChainID, start, start.Add(slice))
+		if stopErr := stopPushing(); err == nil {
+			err = stopErr
+		}
+		if err == nil {
+			err = p.caughtUp(ctx, 0)
+		}
+		if err != nil {
+			return f, fmt.Errorf("probe, under fan-out: %w", err)
+		}
+		quiet, busy = append(quiet, q...), append(busy, b...)
+	}
+	slices.Sort(quiet)
+	slices.Sort(busy)
+	f.p99Ratio = percentile(busy, 0.99) / percentile(quiet, 0.99)
+	f.maxRatio = busy[len(busy)-1] / quiet[len(quiet)-1]
+
+	stopPushing := inBackground(ctx, p.ahead(o.Ahead))
+	pause(ctx, o.Warmup)
+	d0, t0 := p.count.Load(), time.Now()
+	pause(ctx, o.Duration)
+	d1, t1 := p.count.Load(), time.Now()
+	if err := stopPushing(); err != nil {
+		return f, fmt.Errorf("fan-out at saturation: %w", err)
+	}
+	if s := stray.Load(); s > 0 {
+		return f, fmt.Errorf("probe: %d unexpected messages to subscribers", s)
+	}
+	f.deliveriesPerSec = float64(d1-d0) / t1.Sub(t0).Seconds()
+	return f, nil
+}
+
+// pusher has the upstream push to subs subscribers and follows their
+// deliveries.
+type pusher struct {
+	upstream *child
+	subs     int64
+	pushed   int64 // owned by the one goroutine pushing at a time
+	count    atomic.Int64
+	step     chan struct{} // nudged whenever count reaches a multiple of subs
+}
+
+// delivered counts one push read by a subscriber (from its reader).
+func (p *pusher) delivered() {
+	if p.count.Add(1)%p.subs == 0 {
+		select {
+		case p.step <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// push has the upstream push once. A push once asked for is not given up
+// when ctx ends (ctlClient's timeout still holds), so that pushed counts
+// exactly the pushes made.
+func (p *pusher) push(ctx context.Context) error {
+	var pr pushReply
+	if err := ctlGet(context.WithoutCancel(ctx), p.upstream, "/ctl/push?seq="+strconv.FormatInt(p.pushed, 10), &pr); err != nil {
+		return err
+	}
+	p.pushed++
+	return nil
+}
+
+// caughtUp waits until the subscribers have read all but ahead of the
+// pushes made.
+func (p *pusher) caughtUp(ctx context.Context, ahead int) error {
+	want := (p.pushed - int64(ahead)) * p.subs
+	for {
+		got := p.count.Load()
+		if got >= want {
+			return nil
+		}
+		select {
+		case <-p.step:
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("fan-out stalled: %d of %d deliveries read, and not %d more in 30s", got, want, p.subs)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// every pushes at once and then every d, until ctx ends.
+func (p *pusher) every(d time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			if err := p.push(ctx); err != nil {
+				return err
+			}
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// ahead pushes whenever the subscribers have read all but n of the pushes,
+// until ctx ends.
+func (p *pusher) ahead(n int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for ctx.Err() == nil {
+			if err := p.caughtUp(ctx, n); err != nil {
+				return err
+			}
+			if err := p.push(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// inBackground runs fn in a goroutine until the returned stop cancels it;
+// stop returns fn's error unless it is that cancellation.
+func inBackground(ctx context.Context, fn func(context.Context) error) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	return func() error {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+}
+
 // ---- (g) large answers ----------------------------------------------------
 
 // appendLarge appends a bench_large request for an answer of about size
@@ -498,15 +715,9 @@ func runLarge(ctx context.Context, e *env, o Options, size int) (largeFigures, e
 			}
 		})
 	}
-	select {
-	case <-time.After(o.Warmup):
-	case <-loadCtx.Done():
-	}
+	pause(loadCtx, o.Warmup)
 	n0, cpu0, t0 := bytesIn.Load(), e.proxyCPU(), time.Now()
-	select {
-	case <-time.After(o.Duration):
-	case <-loadCtx.Done():
-	}
+	pause(loadCtx, o.Duration)
 	n1, cpu1, t1 := bytesIn.Load(), e.proxyCPU(), time.Now()
 	if e.proxy != nil {
 		hwm, err := e.proxy.peakRSSKiB()

@@ -45,6 +45,14 @@ type Options struct {
 	PushGap     time.Duration
 	Idle        int // (e)
 	Settle      time.Duration
+	// ProbeSubs subscribers share one subscription in (f) while a probe
+	// client measures its round trips, quiet and then with a push every
+	// ProbeEvery, each for ProbeWindow; at saturation the upstream stays
+	// Ahead pushes ahead of the subscribers.
+	ProbeSubs   int
+	ProbeEvery  time.Duration
+	ProbeWindow time.Duration
+	Ahead       int
 	// LargeSizes are the answer sizes of (g), in bytes; LargeClients
 	// each keep one request outstanding.
 	LargeSizes   []int
@@ -60,6 +68,7 @@ func fullOptions() Options {
 		Clients: 100, Window: 8, Batch: 10,
 		FanoutSizes: []int{1000, 10000}, Pushes: 40, PushGap: 5 * time.Millisecond,
 		Idle: 10000, Settle: time.Second,
+		ProbeSubs: 10000, ProbeEvery: 500 * time.Millisecond, ProbeWindow: 5 * time.Second, Ahead: 16,
 		LargeSizes: []int{1e6, 8e6, 32e6}, LargeClients: 10,
 	}
 }
@@ -70,6 +79,7 @@ func smokeOptions() Options {
 		Clients: 10, Window: 8, Batch: 10,
 		FanoutSizes: []int{50, 100}, Pushes: 10, PushGap: time.Millisecond,
 		Idle: 200, Settle: 200 * time.Millisecond,
+		ProbeSubs: 200, ProbeEvery: 100 * time.Millisecond, ProbeWindow: 500 * time.Millisecond, Ahead: 16,
 		LargeSizes: []int{64e3, 1e6}, LargeClients: 10, Smoke: true,
 	}
 }
@@ -118,6 +128,10 @@ type Report struct {
 		FanoutSizes  []int   `json:"fanout_sizes"`
 		Pushes       int     `json:"pushes"`
 		Idle         int     `json:"idle"`
+		ProbeSubs    int     `json:"probe_subs"`
+		ProbeEveryMS float64 `json:"probe_every_ms"`
+		ProbeWindowS float64 `json:"probe_window_s"`
+		Ahead        int     `json:"ahead"`
 		LargeSizes   []int   `json:"large_sizes"`
 		LargeClients int     `json:"large_clients"`
 		Smoke        bool    `json:"smoke"`
@@ -188,7 +202,7 @@ type measurement struct {
 	run      func(ctx context.Context, e *env) (map[string]float64, error)
 }
 
-// runs reports whether workload w (a, b, c, d<n>, e) was asked for.
+// runs reports whether workload w (a, b, c, d<n>, e, f, g<size>) was asked for.
 func (o Options) runs(w string) bool {
 	if o.Only == "" {
 		return true
@@ -205,7 +219,7 @@ func (o Options) runs(w string) bool {
 func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
 	rep := &Report{Started: start, GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
-	maxN := o.Idle
+	maxN := max(o.Idle, o.ProbeSubs+1)
 	for _, n := range o.FanoutSizes {
 		maxN = max(maxN, n)
 	}
@@ -238,6 +252,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Options.Clients, rep.Options.Window, rep.Options.Batch = o.Clients, o.Window, o.Batch
 	rep.Options.FanoutSizes, rep.Options.Pushes, rep.Options.Idle, rep.Options.Smoke = o.FanoutSizes, o.Pushes, o.Idle, o.Smoke
 	rep.Options.LargeSizes, rep.Options.LargeClients = o.LargeSizes, o.LargeClients
+	rep.Options.ProbeSubs, rep.Options.ProbeEveryMS = o.ProbeSubs, float64(o.ProbeEvery)/float64(time.Millisecond)
+	rep.Options.ProbeWindowS, rep.Options.Ahead = o.ProbeWindow.Seconds(), o.Ahead
 
 	rows := map[string]*Row{}
 	addRow := func(r *Row) {
@@ -264,6 +280,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		addRow(&Row{Key: w + ".p99", Workload: w, Name: fmt.Sprintf("(d) 2 KB push to %d subscribers%s: last delivery p99 of %d pushes", n, relayNote(n), k), Unit: "ms", Better: "lower", Goal: t})
 	}
 	addRow(&Row{Key: "e.rss", Workload: "e", Name: fmt.Sprintf("(e) %d idle clients%s: proxy RSS per client", o.Idle, relayNote(o.Idle)), Unit: "KiB", Better: "lower", Goal: absTarget(24, "KiB")})
+	// (f): the probe is one more client, so the relay's count is cut by
+	// one more socket pair.
+	probeSubs := func(mode string) int { return clientsFor(mode, o.ProbeSubs+1) - 1 }
+	fName := fmt.Sprintf("(f) %d subscribers of one subscription", o.ProbeSubs)
+	if r := probeSubs("relay"); r != o.ProbeSubs {
+		fName += fmt.Sprintf(" (relay: %d)", r)
+	}
+	var fGoal *goal
+	if !o.Smoke {
+		fGoal = absTarget(2, "×")
+	}
+	fPush := fmt.Sprintf(", 2 KB push every %v", o.ProbeEvery)
+	addRow(&Row{Key: "f.p99", Workload: "f", Name: fName + fPush + ": probe p99 under fan-out / quiet", Unit: "×", Better: "lower", Goal: fGoal})
+	addRow(&Row{Key: "f.max", Workload: "f", Name: fName + fPush + ": probe max under fan-out / quiet (no target)", Unit: "×", Better: "lower"})
+	addRow(&Row{Key: "f.dps", Workload: "f", Name: fmt.Sprintf("%s, upstream %d pushes ahead: deliveries at saturation", fName, o.Ahead), Unit: "deliveries/s", Better: "higher"})
 	for i, size := range o.LargeSizes {
 		w := largeWorkload(size)
 		name := fmt.Sprintf("(g) %s answers, %d clients x 1 outstanding", fmtBytes(size), o.LargeClients)
@@ -300,6 +331,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	ms = append(ms, measurement{"e", []string{"relay", "muxd"}, func(ctx context.Context, e *env) (map[string]float64, error) {
 		v, err := runIdle(ctx, e, o, clientsFor(e.mode, o.Idle))
 		return map[string]float64{"e.rss": v}, err
+	}})
+	ms = append(ms, measurement{"f", modes, func(ctx context.Context, e *env) (map[string]float64, error) {
+		f, err := runProbe(ctx, e, o, probeSubs(e.mode))
+		return map[string]float64{"f.p99": f.p99Ratio, "f.max": f.maxRatio, "f.dps": f.deliveriesPerSec}, err
 	}})
 	for _, size := range o.LargeSizes {
 		w := largeWorkload(size)
@@ -510,7 +545,7 @@ func main() {
 		replot   = flag.String("replot", "", "run nothing: draw the JSON report in this file (from -out) as the -chart")
 		check    = flag.Bool("check", false, "exit 1 when a target in the table is missed")
 		quiet    = flag.Bool("q", false, "no progress lines on stderr")
-		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e, g (or g1MB, g8MB, g32MB)")
+		only     = flag.String("only", "", "run only these workloads, comma-separated: a, b, c, d (or d1000, d10000), e, f, g (or g1MB, g8MB, g32MB)")
 		large    = flag.String("large", "", "answer sizes of (g) in bytes, comma-separated (default 1e6,8e6,32e6; smoke 64e3,1e6)")
 	)
 	flag.Parse()

@@ -1,0 +1,96 @@
+package core
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/muxd/muxd/router"
+)
+
+// allocRuns is how many events each allocation test measures.
+const allocRuns = 500
+
+// allocHarness is a connected core that counts nothing (an Observer of
+// the shell's would count into preallocated series), with limits wide
+// enough for allocRuns requests in flight.
+func allocHarness(t *testing.T, clients int) *harness {
+	h := newHarness(t, func(c *Config) {
+		c.Observer = nil
+		c.MaxClients = clients
+		c.MaxInFlight = 2 * allocRuns
+		c.MaxHeldBytes = 1 << 30
+	})
+	for range clients {
+		h.join(false)
+	}
+	h.connect()
+	return h
+}
+
+// scanned is an upstream frame and its scan, made before the measure as
+// the shell makes it outside the core's lock.
+type scanned struct {
+	frame []byte
+	f     router.Frame
+}
+
+func scanUpstream(t *testing.T, frame string) scanned {
+	t.Helper()
+	b := []byte(frame)
+	f, err := router.ScanUpstream(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scanned{b, f}
+}
+
+// TestAllocsAnswerToOneRequest checks that routing the answer to a single
+// request, with Effects reused from one event to the next, allocates
+// nothing: the delivery borrows the frame and the client's id.
+func TestAllocsAnswerToOneRequest(t *testing.T) {
+	h := allocHarness(t, 1)
+	answers := make([]scanned, allocRuns+1) // AllocsPerRun warms up once
+	for i := range answers {
+		h.clientFrame(1, req(strconv.Itoa(i), "eth_getBalance"))
+		answers[i] = scanUpstream(t, res(strconv.Itoa(i+1), `"0x`+strconv.Itoa(1000+i)+`"`))
+	}
+	var e Effects
+	i := 0
+	n := testing.AllocsPerRun(allocRuns, func() {
+		a := &answers[i]
+		i++
+		h.c.UpstreamFrame(&e, h.gen, a.frame, a.f, nil, h.now)
+		if len(e.Deliveries) != 1 {
+			t.Fatalf("answer %d: %d deliveries, want 1", i, len(e.Deliveries))
+		}
+	})
+	if n != 0 {
+		t.Errorf("UpstreamFrame answering one request: %v allocations per event, want 0", n)
+	}
+	if i != allocRuns+1 || h.c.Stats().Pending != 0 {
+		t.Fatalf("%d answers routed, %d still pending", i, h.c.Stats().Pending)
+	}
+}
+
+// TestAllocsPushFanout checks that a push to N ready members allocates
+// nothing once Effects has grown to N deliveries: one shared message,
+// each member's id alongside.
+func TestAllocsPushFanout(t *testing.T) {
+	const members = 200
+	h := allocHarness(t, members)
+	for id := 1; id <= members; id++ {
+		h.clientFrame(router.ClientID(id), sub("1", heads))
+	}
+	h.upstreamFrame(0, res("1", `"0xaa"`), false)
+	p := scanUpstream(t, push(`"0xaa"`, hdr(16, "a", "9")))
+	var e Effects
+	n := testing.AllocsPerRun(allocRuns, func() {
+		h.c.UpstreamFrame(&e, h.gen, p.frame, p.f, nil, h.now)
+		if len(e.Deliveries) != members {
+			t.Fatalf("%d deliveries, want %d", len(e.Deliveries), members)
+		}
+	})
+	if n != 0 {
+		t.Errorf("UpstreamFrame fanning a push out to %d members: %v allocations per event, want 0", members, n)
+	}
+}

@@ -1,0 +1,247 @@
+package core
+
+import (
+	"container/list"
+	"encoding/json"
+	"strings"
+
+	"github.com/muxd/muxd/router"
+)
+
+// This file is the cache of answers that cannot change (Config.CacheBytes,
+// least recently used first out). What is cached, by CallKey, and why it
+// is safe (cacheRule):
+//
+//   - eth_chainId, net_version: a connection's node does not change chain.
+//   - eth_getBlockByHash, eth_getBlockReceipts of a block hash, eth_getLogs
+//     with a blockHash filter: a hash names one block for good, whatever
+//     chain it ends up on.
+//   - eth_getTransactionByHash, eth_getTransactionReceipt: only once mined
+//     (blockHash not null), in a block the head view holds canonical; a
+//     head that is not the child of the last (a reorg, or a jump) evicts
+//     them all, since their block may be gone.
+//
+// Never cached: an error, a null result ("not found yet"), an answer over a
+// quarter of the bound. The cache is emptied when the connection is lost:
+// the next one may reach another node, even another chain. Answers go in
+// as the node wrote them; a hit is that answer with the client's id
+// spliced in, byte for byte.
+
+// answerCache is a byte-bounded LRU of answers by CallKey.
+type answerCache struct {
+	max, bytes int
+	byKey      map[string]*list.Element // of *cached
+	lru        list.List                // most recently used first
+}
+
+// cached is one answer: msg, the node's answer, with its id at at.
+type cached struct {
+	key     string
+	method  string
+	msg     []byte
+	at      router.Span
+	onChain bool // holds only while its block is canonical (evicted on a reorg)
+}
+
+// size is what an entry counts against the bound: its bytes and a rough
+// share for the map and list.
+func (x *cached) size() int { return len(x.msg) + len(x.key) + 128 }
+
+func newAnswerCache(max int) answerCache {
+	return answerCache{max: max, byKey: map[string]*list.Element{}}
+}
+
+// get returns the answer under key, marking it used.
+func (a *answerCache) get(key string) *cached {
+	el := a.byKey[key]
+	if el == nil {
+		return nil
+	}
+	a.lru.MoveToFront(el)
+	return el.Value.(*cached)
+}
+
+// put stores x, evicting the least recently used entries past the bound,
+// and returns how many it evicted. An entry over a quarter of the bound is
+// not stored.
+func (a *answerCache) put(x *cached) (evicted int) {
+	if x.size() > a.max/4 {
+		return 0
+	}
+	if el := a.byKey[x.key]; el != nil {
+		a.remove(el)
+	}
+	a.byKey[x.key] = a.lru.PushFront(x)
+	a.bytes += x.size()
+	for a.bytes > a.max {
+		a.remove(a.lru.Back())
+		evicted++
+	}
+	return evicted
+}
+
+func (a *answerCache) remove(el *list.Element) {
+	x := a.lru.Remove(el).(*cached)
+	delete(a.byKey, x.key)
+	a.bytes -= x.size()
+}
+
+// evictOnChain removes every entry that holds only while its block is
+// canonical, and returns how many.
+func (a *answerCache) evictOnChain() (n int) {
+	for el := a.lru.Front(); el != nil; {
+		next := el.Next()
+		if el.Value.(*cached).onChain {
+			a.remove(el)
+			n++
+		}
+		el = next
+	}
+	return n
+}
+
+// clear removes every entry and returns how many.
+func (a *answerCache) clear() int {
+	n := len(a.byKey)
+	clear(a.byKey)
+	a.lru.Init()
+	a.bytes = 0
+	return n
+}
+
+// cacheRule says whether the answer to a call with key (a CallKey) may be
+// cached, and whether it holds only while its block is canonical (onChain).
+func cacheRule(method, key string) (ok, onChain bool) {
+	switch method {
+	case "eth_chainId", "net_version", "eth_getBlockByHash":
+		return true, false
+	case "eth_getTransactionByHash", "eth_getTransactionReceipt":
+		return true, true
+	case "eth_getBlockReceipts":
+		// A block hash, not a number or tag, and not the object form,
+		// whose requireCanonical makes the answer depend on the chain.
+		var ps []string
+		return paramsOf(key, &ps) && len(ps) == 1 && isHash(ps[0]), false
+	case "eth_getLogs":
+		var ps []map[string]json.RawMessage
+		if !paramsOf(key, &ps) || len(ps) != 1 {
+			return false, false
+		}
+		_, byHash := ps[0]["blockHash"]
+		_, from := ps[0]["fromBlock"]
+		_, to := ps[0]["toBlock"]
+		return byHash && !from && !to, false
+	}
+	return false, false
+}
+
+// paramsOf decodes the params of a CallKey into v.
+func paramsOf(key string, v any) bool {
+	i := strings.IndexByte(key, 0)
+	return i >= 0 && json.Unmarshal([]byte(key[i+1:]), v) == nil
+}
+
+// isHash reports whether s is a 32-byte hex hash ("0x" and 64 digits).
+func isHash(s string) bool {
+	if len(s) != 66 || s[:2] != "0x" {
+		return false
+	}
+	for i := 2; i < len(s); i++ {
+		if !isHexDigit(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isHexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// cacheable reports whether method's answers may ever be cached.
+func cacheable(method string) bool {
+	switch method {
+	case "eth_chainId", "net_version", "eth_getBlockByHash", "eth_getTransactionByHash",
+		"eth_getTransactionReceipt", "eth_getBlockReceipts", "eth_getLogs":
+		return true
+	}
+	return false
+}
+
+// cachedAnswer returns the cached answer to a request of method with key,
+// counting a hit, or ok false, counting a miss when the answer could have
+// been cached.
+func (c *Core) cachedAnswer(method, key string) (x *cached, ok bool) {
+	if c.cache.max <= 0 || !cacheable(method) {
+		return nil, false
+	}
+	if rule, _ := cacheRule(method, key); !rule {
+		return nil, false
+	}
+	if x = c.cache.get(key); x == nil {
+		c.obs.CacheMiss(method)
+		return nil, false
+	}
+	c.obs.CacheHit(method)
+	return x, true
+}
+
+// keep caches the answer m in frame to a call with key and method, when the
+// rules allow.
+func (c *Core) keep(method, key string, frame []byte, m *router.Message) {
+	if c.cache.max <= 0 || key == "" || !cacheable(method) || m.Error.Present() || !m.Result.Present() {
+		return
+	}
+	result := m.Result.In(frame)
+	if router.IsNull(result) {
+		return
+	}
+	rule, onChain := cacheRule(method, key)
+	if !rule || (onChain && !c.minedCanonical(result)) {
+		return
+	}
+	elem, idSpan := router.Element(frame, m)
+	x := &cached{key: key, method: method, msg: append([]byte(nil), elem...), at: idSpan, onChain: onChain}
+	if n := c.cache.put(x); n > 0 {
+		c.obs.CacheEvicted(n)
+	}
+	c.obs.CacheBytes(c.cache.bytes)
+}
+
+// minedCanonical reports whether a transaction or receipt names a block
+// (blockNumber, blockHash) that the head view holds canonical.
+func (c *Core) minedCanonical(result []byte) bool {
+	var r struct {
+		BlockHash   *string `json:"blockHash"`
+		BlockNumber *string `json:"blockNumber"`
+	}
+	if json.Unmarshal(result, &r) != nil || r.BlockHash == nil || r.BlockNumber == nil {
+		return false
+	}
+	n, ok := parseQuantity(*r.BlockNumber)
+	return ok && c.heads.canonical(n, *r.BlockHash)
+}
+
+// headPushed feeds a head the node pushed to the head view; a break in the
+// chain evicts what depended on it.
+func (c *Core) headPushed(params []byte) {
+	h, ok := parseHeadPush(params)
+	if !ok || !c.heads.observe(h) {
+		return
+	}
+	if n := c.cache.evictOnChain(); n > 0 {
+		c.obs.CacheEvicted(n)
+		c.obs.CacheBytes(c.cache.bytes)
+	}
+}
+
+// forgetConnection empties what belonged to the connection just lost: the
+// calls in flight, the chain seen, the cache.
+func (c *Core) forgetConnection() {
+	c.coal.reset()
+	c.heads.reset()
+	if n := c.cache.clear(); n > 0 {
+		c.obs.CacheEvicted(n)
+		c.obs.CacheBytes(0)
+	}
+}

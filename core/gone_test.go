@@ -1,0 +1,131 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/muxd/muxd/router"
+)
+
+// TestClientGone covers DESIGN §5: a session's end frees its pending
+// entries and subscriptions at once, without touching anyone else's.
+func TestClientGone(t *testing.T) {
+	runScripts(t, []scriptRow{
+		{name: "answers_for_a_gone_client_are_dropped", steps: []step{
+			{do: "join"}, {do: "join"}, {do: "connect"},
+			{do: "c1", in: req("1", "eth_call"), want: []string{"up> " + req("1", "eth_call")}},
+			{do: "c1", in: "[" + req("2", "eth_call") + "," + req("3", "eth_call") + "]",
+				want: []string{"up> [" + req("2", "eth_call") + "," + req("3", "eth_call") + "]"}},
+			{do: "c2", in: req("1", "eth_call"), want: []string{"up> " + req("4", "eth_call")}},
+			{do: "gone c1"},
+			{do: "up", in: res("1", "1"), want: []string{"drop unknown_id"}},
+			{do: "up", in: "[" + res("2", "2") + "," + res("3", "3") + "]", want: []string{"drop unknown_id", "drop unknown_id"}},
+			{do: "up", in: res("4", "4"), want: []string{"c2< " + res("1", "4")}},
+			{do: "tick", at: 10 * sec},
+			{do: "gone c1"},
+		}},
+		{name: "waiting_requests_of_a_gone_client_are_skipped", steps: []step{
+			{do: "join"}, {do: "join"},
+			{do: "c1", in: req("1", "eth_call")},
+			{do: "c2", in: req("2", "eth_call")},
+			{do: "c1", in: req("3", "eth_call")},
+			{do: "gone c1"},
+			{do: "connect", want: []string{"up> " + req("2", "eth_call")}},
+		}},
+		{name: "waiting_requests_of_a_gone_client_are_skipped_by_tick", steps: []step{
+			{do: "join"}, {do: "join"},
+			{do: "c1", in: req("1", "eth_call")},
+			{do: "c2", in: req("2", "eth_call")},
+			{do: "gone c1"},
+			{do: "tick", at: 5 * sec, want: []string{"c2< " + noUpstream("2")}},
+		}},
+		{name: "unknown_client", steps: []step{
+			{do: "gone c5"},
+		}},
+	})
+}
+
+// TestClientGoneWithManyWaiting checks the O(1) path of a client leaving
+// with many requests waiting: its entries are not walked when it leaves,
+// they are dropped when dead entries make up most of the queue (one
+// compaction, amortized over the adds that made them), and the others keep
+// their order.
+func TestClientGoneWithManyWaiting(t *testing.T) {
+	for _, n := range []int{10, 200} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.MaxWaiting, c.MaxInFlight, c.MaxHeldBytes = 1000, 1000, 1<<20 })
+			c1, c2 := h.join(false), h.join(false)
+			h.clientFrame(c2, req("1", "eth_call"))
+			for i := range n {
+				h.clientFrame(c1, req(strconv.Itoa(i), "eth_call"))
+			}
+			h.clientFrame(c2, req("2", "eth_call"))
+			h.run([]step{{do: "gone c1"}})
+			if got := h.c.Stats().Waiting; got != 2 {
+				t.Errorf("waiting after c1 left: %d, want 2", got)
+			}
+			// Below the compaction threshold the dead entries stay, to be
+			// skipped; above it they are gone.
+			wantItems := n + 2
+			if n > 64 {
+				wantItems = 2
+			}
+			if got := len(h.c.waiting.items); got != wantItems {
+				t.Errorf("queue holds %d entries, want %d", got, wantItems)
+			}
+			h.run([]step{{do: "connect", want: []string{
+				"up> " + req("1", "eth_call"),
+				fmt.Sprintf("up> "+req("%d", "eth_call"), n+2),
+			}}})
+			h.checkGauges()
+		})
+	}
+}
+
+// TestMemberLeavesKeyOfMany checks the O(1) removal of one member of a key
+// of many (swap with the last): whichever member leaves, first, middle or
+// last, every other one still gets each push exactly once, and every
+// member's index is where it sits.
+func TestMemberLeavesKeyOfMany(t *testing.T) {
+	const n = 300
+	h := newHarness(t, func(c *Config) { c.MaxClients = n })
+	ids := make([]router.ClientID, n)
+	for i := range ids {
+		ids[i] = h.join(false)
+	}
+	h.connect()
+	h.clientFrame(ids[0], sub("1", heads))
+	h.upstreamFrame(0, res("1", `"0xaa"`), false)
+	for _, id := range ids[1:] {
+		h.clientFrame(id, sub("1", heads))
+	}
+	left := map[router.ClientID]bool{}
+	for _, i := range []int{0, n / 2, n - 1, 1, n - 2} {
+		h.c.ClientGone(&h.e, ids[i], h.now)
+		left[ids[i]] = true
+		sh := h.c.subs.byKey[headsKey]
+		if len(sh.members) != n-len(left) {
+			t.Fatalf("after %d left: %d members, want %d", len(left), len(sh.members), n-len(left))
+		}
+		for j, m := range sh.members {
+			if m.idx != j {
+				t.Fatalf("member of c%d at %d has idx %d", m.cl.id, j, m.idx)
+			}
+		}
+		got := map[router.ClientID]int{}
+		for _, line := range h.upstreamFrame(0, push(`"0xaa"`, strconv.Itoa(i)), false) {
+			var c router.ClientID
+			if _, err := fmt.Sscanf(line, "c%d<", &c); err != nil {
+				t.Fatalf("unexpected effect %q", line)
+			}
+			got[c]++
+		}
+		for _, id := range ids {
+			if want := map[bool]int{true: 0, false: 1}[left[id]]; got[id] != want {
+				t.Fatalf("after %d left: c%d got the push %d times, want %d", len(left), id, got[id], want)
+			}
+		}
+	}
+	h.checkGauges()
+}

@@ -1,0 +1,101 @@
+package core
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// headView is what the core knows of the node's chain on the current
+// connection, from the heads the node pushes to newHeads subscriptions
+// (any client's; with none, the core knows nothing). Coalescing uses its
+// epoch, the cache its recent canonical hashes and its reorgs.
+type headView struct {
+	// epoch counts the distinct heads seen: a request joins only a call
+	// sent in the same epoch, so that a client that saw a new head and
+	// then asks never gets an answer the node worked out before it.
+	epoch uint64
+	last  headSeen
+	// hashes are the canonical hashes of the heads seen since the last
+	// discontinuity (a reorg, a jump, a new connection), by number, at
+	// most headWindow of them.
+	hashes map[uint64]string
+}
+
+// headSeen is one head: its number, hash and parent hash.
+type headSeen struct {
+	number       uint64
+	hash, parent string
+}
+
+// headWindow bounds the hashes a headView keeps.
+const headWindow = 128
+
+// isNewHeadsKey reports whether a subscription key is a newHeads one.
+func isNewHeadsKey(key string) bool { return strings.HasPrefix(key, `["newHeads"`) }
+
+// parseHeadPush reads number, hash and parentHash of the head pushed in
+// params (an eth_subscription push's params object).
+func parseHeadPush(params []byte) (headSeen, bool) {
+	var p struct {
+		Result struct {
+			Number     string `json:"number"`
+			Hash       string `json:"hash"`
+			ParentHash string `json:"parentHash"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.Result.Hash == "" {
+		return headSeen{}, false
+	}
+	n, ok := parseQuantity(p.Result.Number)
+	if !ok {
+		return headSeen{}, false
+	}
+	return headSeen{n, strings.ToLower(p.Result.Hash), strings.ToLower(p.Result.ParentHash)}, true
+}
+
+// parseQuantity reads a JSON-RPC quantity ("0x1a").
+func parseQuantity(s string) (uint64, bool) {
+	if len(s) < 3 || (s[:2] != "0x" && s[:2] != "0X") {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s[2:], 16, 64)
+	return n, err == nil
+}
+
+// observe records head h. It reports whether h breaks the chain seen so
+// far (it is not the child of the last head: a reorg, or a jump over
+// heads the node did not push), which makes every block-dependent answer
+// suspect. A head seen already changes nothing.
+func (v *headView) observe(h headSeen) (broken bool) {
+	if v.hashes == nil {
+		v.hashes = make(map[uint64]string)
+	}
+	if h.hash == v.last.hash {
+		return false
+	}
+	v.epoch++
+	broken = v.last.hash != "" && (h.number != v.last.number+1 || h.parent != v.last.hash)
+	if broken {
+		clear(v.hashes)
+	}
+	v.hashes[h.number] = h.hash
+	delete(v.hashes, h.number-headWindow)
+	v.last = h
+	return broken
+}
+
+// canonical reports whether block number n with hash hash is on the chain
+// as the heads seen since the last discontinuity show it.
+func (v *headView) canonical(n uint64, hash string) bool {
+	h, ok := v.hashes[n]
+	return ok && h == strings.ToLower(hash)
+}
+
+// reset forgets the chain, as when the connection is lost: the next one
+// may reach another node. The epoch goes on counting.
+func (v *headView) reset() {
+	clear(v.hashes)
+	v.last = headSeen{}
+	v.epoch++
+}

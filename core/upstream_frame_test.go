@@ -1,0 +1,207 @@
+package core
+
+import (
+	"strings"
+	"testing"
+)
+
+// req is a request of client id (raw JSON) for method, with no params.
+func req(id, method string) string {
+	return `{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `"}`
+}
+
+// res is an answer with id (raw JSON) and result (raw JSON).
+func res(id, result string) string {
+	return `{"jsonrpc":"2.0","id":` + id + `,"result":` + result + `}`
+}
+
+// TestResponsesAndBatches covers DESIGN §1's batch rows and §2's layer 1:
+// a client batch goes upstream as one array (or consecutive arrays of at
+// most UpstreamMaxBatch), its answers are re-assembled into one array,
+// and what the node answers that no request asked for is dropped.
+func TestResponsesAndBatches(t *testing.T) {
+	a, b, c, d := req(`"a"`, "eth_chainId"), req(`"b"`, "eth_blockNumber"), req(`"c"`, "eth_gasPrice"), req(`"d"`, "net_version")
+	runScripts(t, []scriptRow{
+		{name: "batch_one_array_answered_whole", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: "[" + res("2", `"0x10"`) + "," + res("1", `"0x1"`) + "]",
+				want:   []string{`c1< [` + res(`"b"`, `"0x10"`) + `,` + res(`"a"`, `"0x1"`) + `]`},
+				counts: map[string]int{"answered 0 upstream": 2}},
+		}},
+		{name: "batch_answered_element_by_element", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: res("2", `"0x10"`)},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "]",
+				want: []string{`c1< [` + res(`"b"`, `"0x10"`) + `,` + res(`"a"`, `"0x1"`) + `]`}},
+		}},
+		{name: "batch_with_own_answers_and_a_notification", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + `,{"jsonrpc":"2.0","method":"eth_foo"},` + req("2", "admin_peers") + `,1]`,
+				want: []string{`up> [` + req("1", "eth_chainId") + `,{"jsonrpc":"2.0","method":"eth_foo"}]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "]",
+				want: []string{`c1< [{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"method not allowed"}},` +
+					`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request","data":{"reason":"batch element is not an object"}}},` +
+					res(`"a"`, `"0x1"`) + `]`}},
+		}},
+		{name: "batch_answered_by_muxd_alone", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + req("1", "admin_peers") + `,{"jsonrpc":"2.0","method":"eth_foo"}]`,
+				want: []string{
+					`c1< [{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"method not allowed"}}]`,
+					`up> {"jsonrpc":"2.0","method":"eth_foo"}`,
+				}},
+		}},
+		{name: "batch_of_notifications_only", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: `[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","method":"b"}]`,
+				want: []string{`up> [{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","method":"b"}]`, "no answer"}},
+		}},
+		{name: "batch_with_one_forwarded_element_goes_alone", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + req("2", "admin_peers") + "]",
+				want: []string{`up> ` + req("1", "eth_chainId")}},
+			{do: "up", in: res("1", `"0x1"`),
+				want: []string{`c1< [{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"method not allowed"}},` + res(`"a"`, `"0x1"`) + `]`}},
+		}},
+		{name: "long_batch_goes_as_consecutive_arrays", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "," + c + "," + d + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `,` + req("3", "eth_gasPrice") + `]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res("2", `"0x2"`) + "]"},
+			{do: "up", in: res("3", `"0x3"`), want: []string{`up> ` + req("4", "net_version")}},
+			{do: "up", in: "[" + res("4", `"1"`) + "]",
+				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x2"`) + `,` + res(`"c"`, `"0x3"`) + `,` + res(`"d"`, `"1"`) + `]`}},
+		}},
+		{name: "geth_batch_too_large_refuses_the_whole_array", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "," + c + "," + d + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `,` + req("3", "eth_gasPrice") + `]`}},
+			{do: "up", in: `[{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"batch too large"}}]`,
+				want:   []string{`up> ` + req("4", "net_version")},
+				counts: map[string]int{"answered -32600 upstream": 3}},
+			{do: "up", in: res("4", `"1"`),
+				want: []string{`c1< [` +
+					`{"jsonrpc":"2.0","id":"b","error":{"code":-32600,"message":"batch too large"}},` +
+					`{"jsonrpc":"2.0","id":"c","error":{"code":-32600,"message":"batch too large"}},` +
+					`{"jsonrpc":"2.0","id":"a","error":{"code":-32600,"message":"batch too large"}},` +
+					res(`"d"`, `"1"`) + `]`}},
+		}},
+		{name: "whole_answer_to_an_array_sends_the_notifications_after_it", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "," + c + `,{"jsonrpc":"2.0","method":"eth_foo"}]`,
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `,` + req("3", "eth_gasPrice") + `]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res("2", `"0x2"`) + "," + res("3", `"0x3"`) + "]",
+				want: []string{
+					`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x2"`) + `,` + res(`"c"`, `"0x3"`) + `]`,
+					`up> {"jsonrpc":"2.0","method":"eth_foo"}`,
+				}},
+		}},
+		{name: "error_code_that_is_no_number_is_counted_as_minus_one", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: a, want: []string{`up> ` + req("1", "eth_chainId")}},
+			{do: "up", in: `{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"odd"}}`,
+				want:   []string{`c1< {"jsonrpc":"2.0","id":"a","error":{"code":"x","message":"odd"}}`},
+				counts: map[string]int{"answered -1 upstream": 1}},
+		}},
+		{name: "first_call_error_alone_in_an_array_stays_its_own", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: `[{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted"}}]`},
+			{do: "up", in: `[` + res("2", `"0x2"`) + `]`,
+				want: []string{`c1< [{"jsonrpc":"2.0","id":"a","error":{"code":3,"message":"execution reverted"}},` + res(`"b"`, `"0x2"`) + `]`}},
+		}},
+		{name: "lone_null_id_to_an_array_is_dropped_and_the_calls_time_out", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: `[{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch too large"}}]`,
+				want: []string{"drop null_id"}, counts: map[string]int{"dropped null_id": 1}},
+			{do: "tick", at: 9999 * msec},
+			{do: "tick", at: 10 * sec,
+				want: []string{`c1< [{"jsonrpc":"2.0","id":"a","error":{"code":-32002,"message":"request timed out"}},{"jsonrpc":"2.0","id":"b","error":{"code":-32002,"message":"request timed out"}}]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res("2", `"0x2"`) + "]",
+				want: []string{"drop unknown_id", "drop unknown_id"}},
+		}},
+		{name: "array_with_a_repeated_id_drops_the_repeat", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res("1", `"0x9"`) + "]",
+				want: []string{"drop unknown_id"}},
+			{do: "up", in: res("2", `"0x2"`),
+				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x2"`) + `]`}},
+		}},
+		{name: "array_answer_with_a_push_inside_is_routed_element_by_element", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + `,{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xdead","result":1}},` + res("2", `"0x2"`) + "]",
+				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x2"`) + `]`, "drop unknown_subscription"}},
+		}},
+		{name: "array_answer_with_a_foreign_id", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res(`"x"`, `"0x2"`) + "]",
+				want: []string{"drop unknown_id"}},
+		}},
+		{name: "array_answer_spanning_two_clients", steps: []step{
+			{do: "join"}, {do: "join"}, {do: "connect"},
+			{do: "c1", in: a, want: []string{`up> ` + req("1", "eth_chainId")}},
+			{do: "c2", in: b, want: []string{`up> ` + req("2", "eth_blockNumber")}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res("2", `"0x2"`) + "]",
+				want: []string{`c1< ` + res(`"a"`, `"0x1"`), `c2< ` + res(`"b"`, `"0x2"`)}},
+		}},
+		{name: "array_answer_for_two_batches", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "c1", in: "[" + c + "," + d + "]",
+				want: []string{`up> [` + req("3", "eth_gasPrice") + `,` + req("4", "net_version") + `]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res("3", `"0x3"`) + "]"},
+			{do: "up", in: "[" + res("4", `"1"`) + "," + res("2", `"0x2"`) + "]",
+				want: []string{
+					`c1< [` + res(`"c"`, `"0x3"`) + `,` + res(`"d"`, `"1"`) + `]`,
+					`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x2"`) + `]`,
+				}},
+		}},
+		{name: "large_array_answer_takes_the_element_path", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: "[" + res("1", `"`+strings.Repeat("f", 70<<10)+`"`) + "," + res("2", `"0x2"`) + "]",
+				want: []string{`c1< [` + res(`"a"`, `"`+strings.Repeat("f", 70<<10)+`"`) + `,` + res(`"b"`, `"0x2"`) + `]`}},
+		}},
+		{name: "large_answer_routed_by_its_head", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: req(`"big"`, "eth_getBlockByNumber"), want: []string{`up> ` + req("1", "eth_getBlockByNumber")}},
+			{do: "uphead", in: `{"jsonrpc":"2.0","id":1,"result":{"number":"0x1","transactions":["` + strings.Repeat("ab", 100) + `"]}}`,
+				want: []string{`c1< {"jsonrpc":"2.0","id":"big","result":{"number":"0x1","transactions":["` + strings.Repeat("ab", 100) + `"]}}`}},
+		}},
+		{name: "what_the_node_answers_that_nobody_asked", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "up", in: `{"jsonrpc":"2.0","id":1,`, want: []string{"drop malformed"}},
+			{do: "up", in: res("7", "1"), want: []string{"drop unknown_id"}},
+			{do: "up", in: res(`"7"`, "1"), want: []string{"drop unknown_id"}},
+			{do: "up", in: res("null", "1"), want: []string{"drop null_id"}},
+			{do: "up", in: `{"jsonrpc":"2.0","method":"eth_foo"}`, want: []string{"drop unexpected"}},
+			{do: "up", in: `{"jsonrpc":"2.0","method":"eth_subscription","params":{"result":1}}`, want: []string{"drop unexpected"}},
+			{do: "up", in: `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":1}}`, want: []string{"drop unknown_subscription"}},
+			// The empty array is valid JSON, but no answer to anything.
+			{do: "up", in: `[]`, want: []string{"drop malformed"}},
+		}},
+		{name: "answer_on_a_connection_no_longer_current", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: req(`"a"`, "eth_sendRawTransaction"), want: []string{`up> ` + req("1", "eth_sendRawTransaction")}},
+			{do: "lost", want: []string{`c1< {"jsonrpc":"2.0","id":"a","error":{"code":-32002,"message":"upstream unavailable","data":{"reason":"connection lost"}}}`}},
+			{do: "connect"},
+			{do: "up 1", in: res("1", `"0x1"`), want: []string{"drop unknown_id"}},
+			{do: "up 1", in: `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":1}}`},
+		}},
+	})
+}

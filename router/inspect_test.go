@@ -1,0 +1,20 @@
+package router
+
+import "time"
+
+// Views of the tables that only the tests need.
+
+// InFlight is the number of requests in flight for client c.
+func (r *Requests) InFlight(c ClientID) int { return r.perCli[c].n }
+
+// NextDeadline returns the earliest deadline that may still be pending
+// (possibly of a request answered since), or false if there is none.
+func (r *Requests) NextDeadline() (time.Time, bool) {
+	if r.deadline.len() == 0 {
+		return time.Time{}, false
+	}
+	return r.deadline.peek().at, true
+}
+
+// Complete reports whether every expected answer is in.
+func (b *Batch) Complete() bool { return len(b.parts) >= b.want }
