@@ -56,7 +56,14 @@ import (
 type chaosUpstream struct {
 	*testnode.Node
 
-	requests   atomic.Int64
+	requests atomic.Int64
+	// notifs counts the client notifications muxd forwarded that the
+	// node read. It swings with the machine's load (tens to thousands
+	// between runs): muxd forwards a notification only while connected
+	// and never retries one, and on each connection it first sends the
+	// resubscribes and the backlog of retried requests, so a
+	// notification is read only if the node gets through that backlog
+	// before the socket is cut. It is reported, never checked.
 	notifs     atomic.Int64
 	dups       atomic.Int64
 	unknownIDs atomic.Int64
