@@ -48,7 +48,7 @@ func TestChaos(t *testing.T) {
 	baseHeap := ms.HeapInuse
 	baseG := runtime.NumGoroutine()
 
-	up := newChaosUpstream()
+	up := newChaosUpstream(t)
 	gaps := newBreakLog()
 	var upOnce sync.Once
 	closeUp := func() { upOnce.Do(up.Close) }
@@ -146,13 +146,13 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("muxd: reconnects=%v retried=%v pushes=%v dropped=%v slow_consumers=%v", value(m.UpstreamReconnects), value(m.Retried), value(m.Pushes), drops, value(m.SlowConsumers))
 	t.Logf("upstream: conns=%d requests=%d arrays=%d notifications=%d subscribes=%d/%d unsubscribes=%d pushes=%d dup_answers=%d unknown_ids=%d null_ids=%d",
-		up.conns.Load(), up.requests.Load(), up.arrays.Load(), up.notifs.Load(), up.subscribes.Load(), up.subRecv.Load(), up.unsubs.Load(), up.pushes.Load(), up.dups.Load(), up.unknownIDs.Load(), up.nullIDs.Load())
+		up.NumConns(), up.requests.Load(), up.arrays.Load(), up.notifs.Load(), up.subscribes.Load(), up.subRecv.Load(), up.unsubs.Load(), up.pushes.Load(), up.dups.Load(), up.unknownIDs.Load(), up.nullIDs.Load())
 	checkBackfill(t, m, up, gaps, tot)
 	if up.arrays.Load() == 0 {
 		t.Errorf("no client batch reached the node as an array")
 	}
-	if up.conns.Load() < 3 {
-		t.Errorf("only %d upstream connections: the chaos did not happen", up.conns.Load())
+	if up.NumConns() < 3 {
+		t.Errorf("only %d upstream connections: the chaos did not happen", up.NumConns())
 	}
 	if v := value(m.SlowConsumers); v != 0 {
 		t.Errorf("%v clients cut as slow consumers", v)

@@ -289,6 +289,12 @@ func (n *slowEchoNode) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// upMsg is what the slow echo node reads of a request.
+type upMsg struct {
+	ID     json.RawMessage `json:"id"`
+	Params json.RawMessage `json:"params"`
+}
+
 // slowListener's connections read at most rate bytes per second.
 type slowListener struct {
 	net.Listener

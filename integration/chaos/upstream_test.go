@@ -1,35 +1,33 @@
 package chaos
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/muxd/muxd/internal/testnode"
 )
 
-// chaosUpstream is an in-process stand-in for a node that misbehaves in
-// every way a shared socket must survive:
+// chaosUpstream scripts the shared fake node to misbehave in every way a
+// shared socket must survive:
 //
 //   - every request is answered with {"echo": params, "m": method}, so an
 //     answer routed to the wrong request is visible;
 //   - each answer is delayed 0-20 ms on its own goroutine, so answers come
 //     back out of order;
-//   - the socket is cut (CloseNow) 200-600 ms after it was accepted, and the
+//   - the socket is cut (Drop) 200-600 ms after it was accepted, and the
 //     next connection is accepted as usual;
 //   - now and then an answer is sent twice, an answer with an id nobody
 //     sent is sent, and an {"id":null,"error":...} object is sent;
-//   - eth_subscribe gets a subscription id that is new on every connection.
+//   - eth_subscribe gets a subscription id never used before, on any
+//     connection.
 //
 // Behind it runs a real-shaped chain (chain), shared by all connections: a
 // block every 50-100 ms, a few logs per block, now and then a shallow
@@ -52,16 +50,20 @@ import (
 // like single requests, the other half as one array in reverse order, now
 // and then sent twice. eth_subscribe or eth_unsubscribe inside an array is
 // a protocol violation (muxd sends its own alone) and recorded as a failure.
+//
+// The node (connections, subscriptions, frame counts) is testnode's; the
+// counters below are this script's, updated from the node's goroutines.
 type chaosUpstream struct {
-	srv *httptest.Server
-	URL string
+	*testnode.Node
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	conns      atomic.Int64
-	requests   atomic.Int64
+	requests atomic.Int64
+	// notifs counts the client notifications muxd forwarded that the
+	// node read. It swings with the machine's load (tens to thousands
+	// between runs): muxd forwards a notification only while connected
+	// and never retries one, and on each connection it first sends the
+	// resubscribes and the backlog of retried requests, so a
+	// notification is read only if the node gets through that backlog
+	// before the socket is cut. It is reported, never checked.
 	notifs     atomic.Int64
 	dups       atomic.Int64
 	unknownIDs atomic.Int64
@@ -96,10 +98,22 @@ func (u *chaosUpstream) fail(format string, args ...any) {
 	u.mu.Unlock()
 }
 
+// Failures lists what the node saw muxd do wrong: what fail recorded, and
+// frames that were not JSON (the node answers -32700 and closes the
+// socket, as geth does) or were empty arrays, which the node counts
+// before any handler sees them.
 func (u *chaosUpstream) Failures() []string {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]string(nil), u.failures...)
+	out := append([]string(nil), u.failures...)
+	u.mu.Unlock()
+	c := u.Counts()
+	if c.Malformed > 0 {
+		out = append(out, fmt.Sprintf("upstream received %d frames of invalid JSON from muxd", c.Malformed))
+	}
+	if c.EmptyArrays > 0 {
+		out = append(out, fmt.Sprintf("upstream received %d empty arrays from muxd", c.EmptyArrays))
+	}
+	return out
 }
 
 // calm stops cutting connections (the one up may still be cut once) and
@@ -109,52 +123,60 @@ func (u *chaosUpstream) calm() uint64 {
 	return u.chain.headNumber()
 }
 
-func newChaosUpstream() *chaosUpstream {
-	u := &chaosUpstream{chain: newChain(), tricked: map[string]bool{}}
-	u.ctx, u.cancel = context.WithCancel(context.Background())
-	u.wg.Add(1)
-	go func() {
-		defer u.wg.Done()
-		u.chain.run(u.ctx.Done())
-	}()
-	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	u.URL = "ws" + strings.TrimPrefix(u.srv.URL, "http")
+// newChaosUpstream starts the node and its chain; t.Cleanup closes it and
+// waits for its goroutines.
+func newChaosUpstream(t *testing.T) *chaosUpstream {
+	u := &chaosUpstream{Node: testnode.New(t), chain: newChain(), tricked: map[string]bool{}}
+	u.Go(func() { u.chain.run(u.Done()) })
+	u.SetHandler(u.handle)
+	u.SetArrayHandler(u.handleArray)
+	u.SetOnConnect(u.misbehave)
 	return u
 }
 
-// Close cuts every connection and waits for every goroutine of the
-// upstream.
-func (u *chaosUpstream) Close() {
-	u.cancel()
-	u.srv.CloseClientConnections()
-	u.srv.Close()
-	u.wg.Wait()
+// misbehave sets up a new connection, before its first message is read:
+// the drop timer, and the push loops of the chain's events and of the
+// other subscriptions.
+//
+// The drop timer: the socket is cut at a random moment, mostly 200-600 ms
+// after it was accepted (before muxd can close a gap of more than a few
+// blocks), every third connection after 1-2 s. Every third, not one in
+// three at random: under -race a backfill's round trip behind the requests
+// retried on a reconnect takes a few hundred ms, and a run whose dice gave
+// no long connection had none finish. Once calm (the end of the run),
+// sockets are no longer cut.
+func (u *chaosUpstream) misbehave(fc *testnode.Conn) {
+	var dropT *time.Timer
+	if !u.calmed.Load() {
+		life := 200*time.Millisecond + rand.N(400*time.Millisecond)
+		if fc.N%3 == 0 {
+			life = time.Second + rand.N(time.Second)
+		}
+		dropT = time.AfterFunc(life, fc.Drop)
+	}
+	// Only what is mined from now on is pushed on this connection.
+	from, _ := u.chain.cursor()
+	u.Go(func() {
+		if dropT != nil {
+			defer dropT.Stop()
+		}
+		u.pushLoop(fc)
+	})
+	u.Go(func() { u.chainPushLoop(fc, from) })
 }
 
-// chaosConn is one accepted connection.
-type chaosConn struct {
-	u    *chaosUpstream
-	n    int64
-	ws   *websocket.Conn
-	ctx  context.Context
-	stop context.CancelFunc
-
-	mu      sync.Mutex
-	nextSub int
-	subs    map[string]*upSub // live upstream sub id (JSON string) -> what it is
-	counter int64
-}
-
-// upSub is one live subscription of a connection.
+// upSub is what a live subscription is pushed, read from its params.
 type upSub struct {
-	params json.RawMessage
 	heads  bool       // newHeads: pushed the chain's heads
 	filter *logFilter // logs on the chain's addresses: pushed the chain's logs
 }
 
+// fedByChain reports whether the chain's events are pushed to s.
+func (s *upSub) fedByChain() bool { return s.heads || s.filter != nil }
+
 // newUpSub reads eth_subscribe params.
 func newUpSub(params json.RawMessage) *upSub {
-	s := &upSub{params: params}
+	s := &upSub{}
 	var args []json.RawMessage
 	_ = json.Unmarshal(params, &args)
 	var name string
@@ -179,186 +201,111 @@ func newUpSub(params json.RawMessage) *upSub {
 	return s
 }
 
-type upMsg struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
+// upSubs reads each distinct params once, for one push loop.
+type upSubs map[string]*upSub
+
+func (m upSubs) of(params json.RawMessage) *upSub {
+	s, ok := m[string(params)]
+	if !ok {
+		s = newUpSub(params)
+		m[string(params)] = s
+	}
+	return s
 }
 
-func (u *chaosUpstream) serve(w http.ResponseWriter, r *http.Request) {
-	if u.ctx.Err() != nil {
-		http.Error(w, "closed", http.StatusServiceUnavailable)
+// handle takes a single message.
+func (u *chaosUpstream) handle(fc *testnode.Conn, r testnode.Req) {
+	if r.Err != nil {
+		u.fail("upstream received invalid JSON from muxd: %v: %.200s", r.Err, r.Raw)
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
-	if err != nil {
+	if r.IsNotification() {
+		u.notifs.Add(1)
 		return
 	}
-	ws.SetReadLimit(64 << 20)
-	u.wg.Add(1)
-	defer u.wg.Done()
-	ctx, stop := context.WithCancel(u.ctx)
-	c := &chaosConn{u: u, n: u.conns.Add(1), ws: ws, ctx: ctx, stop: stop, subs: map[string]*upSub{}}
-	defer stop()
-	defer ws.CloseNow()
-
-	// The drop timer: the socket is cut at a random moment, mostly
-	// 200-600 ms after it was accepted (before muxd can close a gap of
-	// more than a few blocks), every third connection after 1-2 s. Every
-	// third, not one in three at random: under -race a backfill's round
-	// trip behind the requests retried on a reconnect takes a few hundred
-	// ms, and a run whose dice gave no long connection had none finish.
-	// Once calm (the end of the run), sockets are no longer cut.
-	if !u.calmed.Load() {
-		life := 200*time.Millisecond + rand.N(400*time.Millisecond)
-		if c.n%3 == 0 {
-			life = time.Second + rand.N(time.Second)
-		}
-		dropT := time.AfterFunc(life, func() { ws.CloseNow() })
-		defer dropT.Stop()
-	}
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	// Only what is mined from now on is pushed on this connection.
-	from, _ := u.chain.cursor()
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		c.pushLoop()
-	}()
-	go func() {
-		defer wg.Done()
-		c.chainPushLoop(from)
-	}()
-
-	for {
-		_, frame, err := ws.Read(ctx)
-		if err != nil {
-			stop()
-			return
-		}
-		c.handle(frame, &wg)
-	}
+	u.requests.Add(1)
+	u.answerLater(fc, r)
 }
 
-func (c *chaosConn) write(b []byte) {
-	// Errors mean the socket is gone: the connection loop ends on its own.
-	_ = c.ws.Write(c.ctx, websocket.MessageText, b)
-}
-
-func (c *chaosConn) handle(frame []byte, wg *sync.WaitGroup) {
-	t := bytes.TrimLeft(frame, " \t\r\n")
-	if len(t) > 0 && t[0] == '[' {
-		c.handleArray(frame, wg)
-		return
-	}
-	var m upMsg
-	if err := json.Unmarshal(frame, &m); err != nil {
-		c.u.fail("upstream received invalid JSON from muxd: %v: %.200s", err, frame)
-		return
-	}
-	if m.ID == nil {
-		c.u.notifs.Add(1)
-		return
-	}
-	c.u.requests.Add(1)
-	c.answerLater(m, wg)
-}
-
-// answerLater answers call m after a short random delay, on its own
+// answerLater answers call r after a short random delay, on its own
 // goroutine, so that answers come back out of order.
-func (c *chaosConn) answerLater(m upMsg, wg *sync.WaitGroup) {
-	if m.Method == "eth_subscribe" {
-		c.u.subRecv.Add(1)
+func (u *chaosUpstream) answerLater(fc *testnode.Conn, r testnode.Req) {
+	if r.Method == "eth_subscribe" {
+		u.subRecv.Add(1)
 	}
-	if m.Method == "eth_subscribe" || m.Method == "eth_unsubscribe" {
+	if r.Method == "eth_subscribe" || r.Method == "eth_unsubscribe" {
 		// Answered at once, ahead of the backlog of retried calls a
 		// reconnect brings (a node answers these from memory): the
 		// connection lives long enough for muxd to close its gaps.
-		c.answer(m)
+		u.answer(fc, r)
 		return
 	}
 	delay := rand.N(20 * time.Millisecond)
-	if res, ok := c.u.chainResult(m); ok {
+	answer := func() { u.answer(fc, r) }
+	if res, ok := u.chainResult(r); ok {
 		delay = rand.N(5 * time.Millisecond)
-		c.u.chainReqs.Add(1)
-		switch c.u.trick(m) {
+		u.chainReqs.Add(1)
+		switch u.trick(r) {
 		case trickSilent:
-			c.u.chainSilent.Add(1)
+			u.chainSilent.Add(1)
 			return
 		case trickFail:
-			c.u.chainFailed.Add(1)
+			u.chainFailed.Add(1)
 			res = nil
 		case trickNull:
-			c.u.chainNulls.Add(1)
+			u.chainNulls.Add(1)
 			res = []byte("null")
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-c.ctx.Done():
-				t.Stop()
-				return
-			}
-			c.answerChain(m, res)
-		}()
-		return
+		answer = func() { u.answerChain(fc, r, res) }
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	u.Go(func() {
 		if delay > 0 {
 			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
-			case <-c.ctx.Done():
+			case <-fc.Done():
 				t.Stop()
 				return
 			}
 		}
-		c.answer(m)
-	}()
+		answer()
+	})
 }
 
 // handleArray takes a client batch as muxd sends it.
-func (c *chaosConn) handleArray(frame []byte, wg *sync.WaitGroup) {
-	var msgs []upMsg
-	if err := json.Unmarshal(frame, &msgs); err != nil || len(msgs) == 0 {
-		c.u.fail("upstream received an invalid array from muxd: %v: %.200s", err, frame)
-		return
-	}
-	c.u.arrays.Add(1)
-	var calls []upMsg
-	for _, m := range msgs {
-		if m.Method == "eth_subscribe" || m.Method == "eth_unsubscribe" {
-			c.u.fail("upstream received %s inside an array: %.200s", m.Method, frame)
+func (u *chaosUpstream) handleArray(fc *testnode.Conn, reqs []testnode.Req) {
+	for _, r := range reqs {
+		if r.Err != nil {
+			u.fail("upstream received an invalid array from muxd: %v: %.200s", r.Err, r.Raw)
 			return
 		}
-		if m.ID == nil {
-			c.u.notifs.Add(1)
+	}
+	u.arrays.Add(1)
+	var calls []testnode.Req
+	for _, r := range reqs {
+		if r.Method == "eth_subscribe" || r.Method == "eth_unsubscribe" {
+			u.fail("upstream received %s inside an array: %.200s", r.Method, r.Raw)
+			return
+		}
+		if r.IsNotification() {
+			u.notifs.Add(1)
 			continue
 		}
-		c.u.requests.Add(1)
-		calls = append(calls, m)
+		u.requests.Add(1)
+		calls = append(calls, r)
 	}
 	if rand.N(2) == 0 {
-		for _, m := range calls {
-			c.answerLater(m, wg)
+		for _, r := range calls {
+			u.answerLater(fc, r)
 		}
 		return
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	u.Go(func() {
 		parts := make([][]byte, 0, len(calls))
 		for i := len(calls) - 1; i >= 0; i-- {
-			if res, ok := c.u.chainResult(calls[i]); ok {
-				c.u.chainReqs.Add(1)
-				parts = append(parts, fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, calls[i].ID, res))
+			if res, ok := u.chainResult(calls[i]); ok {
+				u.chainReqs.Add(1)
+				parts = append(parts, testnode.ResultFrame(calls[i].ID, string(res)))
 				continue
 			}
 			parts = append(parts, chaosAnswer(calls[i]))
@@ -366,101 +313,79 @@ func (c *chaosConn) handleArray(frame []byte, wg *sync.WaitGroup) {
 		if len(parts) == 0 {
 			return
 		}
-		arr := append(append([]byte{'['}, bytes.Join(parts, []byte{','})...), ']')
-		c.write(arr)
+		arr := testnode.ArrayFrame(parts)
+		_ = fc.Write(arr)
 		if rand.N(100) < 3 {
-			c.u.dups.Add(1)
-			c.write(arr) // the same array twice
+			u.dups.Add(1)
+			_ = fc.Write(arr) // the same array twice
 		}
-	}()
+	})
 }
 
 // chaosAnswer is the answer to an ordinary call: its params and method.
-func chaosAnswer(m upMsg) []byte {
-	params := m.Params
+func chaosAnswer(r testnode.Req) []byte {
+	params := r.Params
 	if params == nil {
 		params = json.RawMessage("null")
 	}
-	method, _ := json.Marshal(m.Method)
-	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"echo":%s,"m":%s}}`, m.ID, params, method)
+	method, _ := json.Marshal(r.Method)
+	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"echo":%s,"m":%s}}`, r.ID, params, method)
 }
 
-func (c *chaosConn) answer(m upMsg) {
-	switch m.Method {
+// answer answers call r. Write errors mean the socket is gone: the
+// connection's reader ends on its own.
+func (u *chaosUpstream) answer(fc *testnode.Conn, r testnode.Req) {
+	switch r.Method {
 	case "eth_subscribe":
-		c.u.subscribes.Add(1)
-		c.mu.Lock()
-		c.nextSub++
-		subID := fmt.Sprintf(`"0x%x-%x"`, c.n, c.nextSub)
 		// Live once its id has been written, so that no push can
-		// overtake the answer; the hold spans both, so that no chain
+		// overtake the answer, and the push loops see it either before
+		// the answer was written or live, never in between: no chain
 		// event falls between (pushed to nobody, and perhaps mined after
-		// muxd's next eth_blockNumber was answered): geth buffers the
+		// muxd's next eth_blockNumber was answered), as geth buffers the
 		// notifications of a subscription until its id is sent.
-		c.write(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, subID))
-		c.subs[subID] = newUpSub(m.Params)
-		c.mu.Unlock()
+		u.subscribes.Add(1)
+		fc.Subscribe(r)
 		return
 	case "eth_unsubscribe":
-		c.u.unsubs.Add(1)
-		var args []json.RawMessage
-		_ = json.Unmarshal(m.Params, &args)
-		ok := false
-		if len(args) == 1 {
-			c.mu.Lock()
-			_, ok = c.subs[string(args[0])]
-			delete(c.subs, string(args[0]))
-			c.mu.Unlock()
-		}
-		c.write(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%t}`, m.ID, ok))
+		u.unsubs.Add(1)
+		fc.Answer(r)
 		return
 	}
-	resp := chaosAnswer(m)
-	c.write(resp)
-	switch r := rand.N(100); {
-	case r < 3:
-		c.u.dups.Add(1)
-		c.write(resp) // the same answer twice
-	case r < 5:
-		c.u.unknownIDs.Add(1)
-		c.write(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"result":{"echo":["stray"],"m":"stray"}}`, 1<<40+rand.N(1<<20)))
-	case r < 7:
-		c.u.nullIDs.Add(1)
-		c.write([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"chaos: invalid request"}}`))
+	resp := chaosAnswer(r)
+	_ = fc.Write(resp)
+	switch n := rand.N(100); {
+	case n < 3:
+		u.dups.Add(1)
+		_ = fc.Write(resp) // the same answer twice
+	case n < 5:
+		u.unknownIDs.Add(1)
+		_ = fc.Write(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"result":{"echo":["stray"],"m":"stray"}}`, 1<<40+rand.N(1<<20)))
+	case n < 7:
+		u.nullIDs.Add(1)
+		_ = fc.Write(testnode.ErrorFrame(json.RawMessage("null"), -32600, "chaos: invalid request"))
 	}
 }
 
 // pushLoop pushes every live subscription of the connection that the
-// chain does not feed every ~20 ms.
-func (c *chaosConn) pushLoop() {
+// chain does not feed every ~20 ms, until the connection ends.
+func (u *chaosUpstream) pushLoop(fc *testnode.Conn) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	type live struct {
-		id     string
-		params json.RawMessage
-	}
-	var subs []live
+	kinds := upSubs{}
+	var counter int64
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-fc.Done():
 			return
 		case <-t.C:
 		}
-		subs = subs[:0]
-		c.mu.Lock()
-		for id, p := range c.subs {
-			if !p.heads && p.filter == nil {
-				subs = append(subs, live{id, p.params})
+		for id, params := range fc.LiveSubs() {
+			if kinds.of(params).fedByChain() {
+				continue
 			}
-		}
-		c.mu.Unlock()
-		for _, s := range subs {
-			c.mu.Lock()
-			c.counter++
-			n := c.counter
-			c.mu.Unlock()
-			c.u.pushes.Add(1)
-			c.write(fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":%s,"result":{"n":%d,"conn":%d,"params":%s}}}`, s.id, n, c.n, s.params))
+			counter++
+			u.pushes.Add(1)
+			_ = fc.Push(id, fmt.Sprintf(`{"n":%d,"conn":%d,"params":%s}`, counter, fc.N, params))
 		}
 	}
 }
@@ -473,24 +398,24 @@ const (
 	trickSilent
 )
 
-// trick picks what to do to chain request m: mostly nothing; now and then
+// trick picks what to do to chain request r: mostly nothing; now and then
 // (once per method and params, so a retry gets the true answer) an error,
 // a null for a block, or no answer at all.
-func (u *chaosUpstream) trick(m upMsg) int {
-	r := rand.N(100)
+func (u *chaosUpstream) trick(r testnode.Req) int {
+	n := rand.N(100)
 	t := trickNone
 	switch {
-	case r < 4:
+	case n < 4:
 		t = trickFail
-	case r < 7 && (m.Method == "eth_getBlockByNumber" || m.Method == "eth_getBlockByHash"):
+	case n < 7 && (r.Method == "eth_getBlockByNumber" || r.Method == "eth_getBlockByHash"):
 		t = trickNull
-	case r < 8:
+	case n < 8:
 		t = trickSilent
 	}
 	if t == trickNone {
 		return t
 	}
-	key := m.Method + string(m.Params)
+	key := r.Method + string(r.Params)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.tricked[key] {
@@ -500,15 +425,15 @@ func (u *chaosUpstream) trick(m upMsg) int {
 	return t
 }
 
-// chainResult answers m from the chain if it is shaped like one of muxd's
+// chainResult answers r from the chain if it is shaped like one of muxd's
 // backfill requests (a client's calls carry a tag and are echoed). A nil
 // block is answered null, as geth does.
-func (u *chaosUpstream) chainResult(m upMsg) ([]byte, bool) {
+func (u *chaosUpstream) chainResult(r testnode.Req) ([]byte, bool) {
 	var args []json.RawMessage
-	if len(m.Params) > 0 && json.Unmarshal(m.Params, &args) != nil {
+	if len(r.Params) > 0 && json.Unmarshal(r.Params, &args) != nil {
 		return nil, false
 	}
-	switch m.Method {
+	switch r.Method {
 	case "eth_blockNumber":
 		if len(args) != 0 {
 			return nil, false
@@ -520,7 +445,7 @@ func (u *chaosUpstream) chainResult(m upMsg) ([]byte, bool) {
 			return nil, false
 		}
 		var b *block
-		if m.Method == "eth_getBlockByHash" {
+		if r.Method == "eth_getBlockByHash" {
 			b = u.chain.block(key)
 		} else if key == "latest" {
 			b = u.chain.byNumber(u.chain.headNumber())
@@ -543,7 +468,7 @@ func (u *chaosUpstream) chainResult(m upMsg) ([]byte, bool) {
 		}
 		res, ok := u.chain.getLogs(f)
 		if !ok {
-			u.fail("eth_getLogs muxd sent cannot be read: %s", m.Params)
+			u.fail("eth_getLogs muxd sent cannot be read: %s", r.Params)
 			return nil, true
 		}
 		return res, true
@@ -551,46 +476,42 @@ func (u *chaosUpstream) chainResult(m upMsg) ([]byte, bool) {
 	return nil, false
 }
 
-// answerChain writes the answer to chain request m: res, or an error when
+// answerChain writes the answer to chain request r: res, or an error when
 // res is nil; now and then twice.
-func (c *chaosConn) answerChain(m upMsg, res []byte) {
-	var resp []byte
-	if res == nil {
-		resp = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32000,"message":"chaos: backfill request failed"}}`, m.ID)
-	} else {
-		resp = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, res)
+func (u *chaosUpstream) answerChain(fc *testnode.Conn, r testnode.Req, res []byte) {
+	resp := testnode.ErrorFrame(r.ID, -32000, "chaos: backfill request failed")
+	if res != nil {
+		resp = testnode.ResultFrame(r.ID, string(res))
 	}
-	c.write(resp)
+	_ = fc.Write(resp)
 	if rand.N(100) < 3 {
-		c.u.dups.Add(1)
-		c.write(resp)
+		u.dups.Add(1)
+		_ = fc.Write(resp)
 	}
 }
 
 // chainPushLoop pushes the chain's events from the from-th on to the
-// connection's newHeads and chain logs subscriptions: on a reorg the
-// orphaned blocks' matching logs with removed:true first, then the new
-// branch's heads and logs, block by block, as geth does.
-func (c *chaosConn) chainPushLoop(from int) {
-	var subs []struct {
+// connection's newHeads and chain logs subscriptions, until the
+// connection ends: on a reorg the orphaned blocks' matching logs with
+// removed:true first, then the new branch's heads and logs, block by
+// block, as geth does.
+func (u *chaosUpstream) chainPushLoop(fc *testnode.Conn, from int) {
+	type live struct {
 		id string
 		s  *upSub
 	}
+	kinds := upSubs{}
+	var subs []live
 	for {
-		evs, next := c.u.chain.eventsFrom(from)
+		evs, next := u.chain.eventsFrom(from)
 		from += len(evs)
 		for _, ev := range evs {
 			subs = subs[:0]
-			c.mu.Lock()
-			for id, s := range c.subs {
-				if s.heads || s.filter != nil {
-					subs = append(subs, struct {
-						id string
-						s  *upSub
-					}{id, s})
+			for id, params := range fc.LiveSubs() {
+				if s := kinds.of(params); s.fedByChain() {
+					subs = append(subs, live{id, s})
 				}
 			}
-			c.mu.Unlock()
 			for _, x := range subs {
 				if x.s.filter == nil {
 					continue
@@ -598,8 +519,8 @@ func (c *chaosConn) chainPushLoop(from int) {
 				for _, b := range ev.orphaned {
 					for i := range b.logs {
 						if x.s.filter.matches(&b.logs[i]) {
-							c.u.removedPushes.Add(1)
-							c.push(x.id, b.logs[i].removed)
+							u.removedPushes.Add(1)
+							_ = fc.Push(x.id, string(b.logs[i].removed))
 						}
 					}
 				}
@@ -607,27 +528,23 @@ func (c *chaosConn) chainPushLoop(from int) {
 			for _, b := range ev.added {
 				for _, x := range subs {
 					if x.s.heads {
-						c.u.headPushes.Add(1)
-						c.push(x.id, b.head)
+						u.headPushes.Add(1)
+						_ = fc.Push(x.id, string(b.head))
 						continue
 					}
 					for i := range b.logs {
 						if x.s.filter.matches(&b.logs[i]) {
-							c.u.logPushes.Add(1)
-							c.push(x.id, b.logs[i].raw)
+							u.logPushes.Add(1)
+							_ = fc.Push(x.id, string(b.logs[i].raw))
 						}
 					}
 				}
 			}
 		}
 		select {
-		case <-c.ctx.Done():
+		case <-fc.Done():
 			return
 		case <-next:
 		}
 	}
-}
-
-func (c *chaosConn) push(id string, result []byte) {
-	c.write(fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":%s,"result":%s}}`, id, result))
 }

@@ -31,7 +31,10 @@ type Conn struct {
 
 	// subMu makes writing a subscription's answer and recording it live
 	// one step for unsubscribe, which muxd may send as soon as it has
-	// read the answer.
+	// read the answer, and for LiveSubs, so that a push loop sees a
+	// subscription either before its answer was written or once it is
+	// live, never in between (an event it skips was then sent before the
+	// answer).
 	subMu sync.Mutex
 
 	lifoMu   sync.Mutex
@@ -76,8 +79,12 @@ func (fc *Conn) WaitReqs(t testing.TB, n int) []Req {
 	return got
 }
 
-// LiveSubs returns the upstream subscription ids live on this connection.
+// LiveSubs returns the upstream subscription ids live on this connection
+// and their params. It waits for a subscription answer being written: a
+// subscription it leaves out was answered after it returned.
 func (fc *Conn) LiveSubs() map[string]json.RawMessage {
+	fc.subMu.Lock()
+	defer fc.subMu.Unlock()
 	fc.f.mu.Lock()
 	defer fc.f.mu.Unlock()
 	m := make(map[string]json.RawMessage, len(fc.subs))

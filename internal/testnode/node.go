@@ -25,6 +25,10 @@ type Req struct {
 	// first); Array is that frame's element count, 0 when it was not an
 	// array, and Index its place in it.
 	Frame, Array, Index int
+	// Err is why the message, valid JSON, could not be read as a JSON-RPC
+	// message object (a number, a method that is no string, ...); nil when
+	// it could. Such a message reaches the handler with what could be read.
+	Err error
 }
 
 // IsNotification reports whether the message had no id member.
@@ -60,8 +64,8 @@ type Node struct {
 	// for every message received (requests and notifications) instead of
 	// the default answer. It may call fc.Answer to get the default.
 	handle func(fc *Conn, r Req)
-	// onConnect, when set, runs on a goroutine of its own for every new
-	// connection.
+	// onConnect, when set, runs on the connection's reader goroutine
+	// for every new connection, before its first message is read.
 	onConnect func(fc *Conn)
 	// reorder makes every connection answer in LIFO order: answers are
 	// stacked by the reader and written, newest first, by a writer
@@ -75,6 +79,8 @@ type Node struct {
 	malformed int
 	// batches counts frames that were JSON arrays.
 	batches int
+	// emptyArrays counts frames that were empty JSON arrays.
+	emptyArrays int
 }
 
 // New starts a node; t.Cleanup closes it and waits for its goroutines.
@@ -113,9 +119,12 @@ func (f *Node) SetHandler(h func(fc *Conn, r Req)) {
 	f.mu.Unlock()
 }
 
-// SetOnConnect runs h, on a goroutine of its own, for every connection
-// made from now on (to push or to cut it on a schedule of its own; it
-// should return by fc.Done()).
+// SetOnConnect runs h for every connection made from now on, on the
+// connection's reader goroutine before its first message is read: what h
+// sets up (a timer that cuts the connection, a cursor into the test's
+// events) is in place before any message is handled. h must not block; to
+// push on a schedule of its own it starts a goroutine with [Node.Go] that
+// returns by fc.Done().
 func (f *Node) SetOnConnect(h func(fc *Conn)) {
 	f.mu.Lock()
 	f.onConnect = h
@@ -144,6 +153,9 @@ func (f *Node) Refuse(on bool) { f.refuse.Store(on) }
 
 // Refused reports whether the node refuses handshakes.
 func (f *Node) Refused() bool { return f.refuse.Load() }
+
+// Done is closed when the node is closed.
+func (f *Node) Done() <-chan struct{} { return f.ctx.Done() }
 
 // Go runs fn on a goroutine the node waits for when it is closed; fn must
 // return by the node's or its connection's end.
@@ -192,15 +204,16 @@ func (f *Node) NumConns() int {
 
 // Counts are the node's frame counters.
 type Counts struct {
-	Malformed int // frames that were not valid JSON
-	Batches   int // frames that were JSON arrays
+	Malformed   int // frames that were not valid JSON
+	Batches     int // frames that were JSON arrays
+	EmptyArrays int // frames that were empty JSON arrays (no handler sees them)
 }
 
 // Counts returns the node's frame counters.
 func (f *Node) Counts() Counts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Counts{f.malformed, f.batches}
+	return Counts{f.malformed, f.batches, f.emptyArrays}
 }
 
 // Received returns a copy of every message received on every connection.
@@ -255,9 +268,6 @@ func (f *Node) serve(w http.ResponseWriter, r *http.Request) {
 	if fc.reorder {
 		f.Go(fc.lifoLoop)
 	}
-	if onConnect != nil {
-		f.Go(func() { onConnect(fc) })
-	}
 	defer func() {
 		ws.CloseNow()
 		f.mu.Lock()
@@ -266,6 +276,9 @@ func (f *Node) serve(w http.ResponseWriter, r *http.Request) {
 		f.notifyLocked()
 		f.mu.Unlock()
 	}()
+	if onConnect != nil {
+		onConnect(fc)
+	}
 	for {
 		_, b, err := ws.Read(f.ctx)
 		if err != nil {
@@ -286,6 +299,7 @@ func (f *Node) received(fc *Conn, b []byte) bool {
 	}
 	var elems []json.RawMessage
 	var msgs []msg
+	var errs []error // per message: why it is not a message object
 	var err error
 	isArray := false
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && t[0] == '[' {
@@ -295,14 +309,22 @@ func (f *Node) received(fc *Conn, b []byte) bool {
 		f.mu.Unlock()
 		if err = json.Unmarshal(b, &elems); err == nil {
 			msgs = make([]msg, len(elems))
+			errs = make([]error, len(elems))
 			for i, e := range elems {
-				_ = json.Unmarshal(e, &msgs[i])
+				errs[i] = json.Unmarshal(e, &msgs[i])
+			}
+			if len(elems) == 0 {
+				f.mu.Lock()
+				f.emptyArrays++
+				f.notifyLocked()
+				f.mu.Unlock()
 			}
 		}
 	} else {
 		elems = []json.RawMessage{b}
 		msgs = make([]msg, 1)
 		err = json.Unmarshal(b, &msgs[0])
+		errs = []error{err}
 	}
 	if err != nil && !json.Valid(b) {
 		f.mu.Lock()
@@ -321,7 +343,7 @@ func (f *Node) received(fc *Conn, b []byte) bool {
 	reqs := make([]Req, len(elems))
 	for i, e := range elems {
 		m := msgs[i]
-		reqs[i] = Req{Raw: e, ID: m.ID, Method: m.Method, Params: m.Params, Frame: fc.frames, Array: array, Index: i}
+		reqs[i] = Req{Raw: e, ID: m.ID, Method: m.Method, Params: m.Params, Frame: fc.frames, Array: array, Index: i, Err: errs[i]}
 	}
 	f.mu.Lock()
 	fc.reqs = append(fc.reqs, reqs...)
