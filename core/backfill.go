@@ -28,17 +28,8 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 			// gives up (in practice it is told of the loss first).
 			continue
 		}
-		uid := c.reqs.Next()
+		uid := c.internalRequest(e, router.KindBackfill, r.Method, r.Params, r.Key, now.Add(c.gapTimeout), now)
 		c.gapReqs[uid] = r.ID
-		c.enqueue(e, nil, uid, router.Pending{
-			Client:   router.Internal,
-			Method:   r.Method,
-			Sent:     now,
-			Deadline: now.Add(c.gapTimeout),
-			Frame:    router.AppendRequest(nil, uid, r.Method, r.Params),
-			Kind:     router.KindBackfill,
-			Key:      r.Key,
-		}, now)
 	}
 	for _, d := range g.Deliveries {
 		sh := c.subs.byKey[d.Key]

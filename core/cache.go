@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/muxd/muxd/router"
 )
@@ -20,6 +21,15 @@ import (
 //     (blockHash not null), in a block the head view holds canonical; a
 //     head that is not the child of the last (a reorg, or a jump) evicts
 //     them all, since their block may be gone.
+//   - eth_getBlockByNumber of a block number (never a tag: "latest",
+//     "safe", "finalized", "pending", "earliest" name different blocks
+//     over time), with or without its boolean: only when the number is at
+//     or below the node's finalized block (finalized.go) when the answer
+//     comes, which the chain's consensus keeps from changing. Should the
+//     node say otherwise all the same, they go: a break in the heads
+//     evicts those at or above the lowest block it may have replaced
+//     (headChange.from), and a finalized block lower than before, or
+//     another hash at the same number, evicts them all.
 //
 // Never cached: an error, a null result ("not found yet"), an answer over a
 // quarter of the bound. The cache is emptied when the connection is lost:
@@ -36,12 +46,23 @@ type answerCache struct {
 
 // cached is one answer: msg, the node's answer, with its id at at.
 type cached struct {
-	key     string
-	method  string
-	msg     []byte
-	at      router.Span
-	onChain bool // holds only while its block is canonical (evicted on a reorg)
+	key    string
+	method string
+	msg    []byte
+	at     router.Span
+	scope  cacheScope
+	number uint64 // the block number, for scopeFinalized
 }
+
+// cacheScope says how long a cached answer holds.
+type cacheScope uint8
+
+const (
+	scopeNone       cacheScope = iota // never cached
+	scopeConnection                   // as long as the connection
+	scopeCanonical                    // while its block is canonical: evicted by any break in the heads
+	scopeFinalized                    // a block by number, kept while at or below the finalized block
+)
 
 // size is what an entry counts against the bound: its bytes and a rough
 // share for the map and list.
@@ -86,12 +107,12 @@ func (a *answerCache) remove(el *list.Element) {
 	a.bytes -= x.size()
 }
 
-// evictOnChain removes every entry that holds only while its block is
-// canonical, and returns how many.
-func (a *answerCache) evictOnChain() (n int) {
+// evictWhere removes every entry gone says is wrong now, and returns how
+// many.
+func (a *answerCache) evictWhere(gone func(*cached) bool) (n int) {
 	for el := a.lru.Front(); el != nil; {
 		next := el.Next()
-		if el.Value.(*cached).onChain {
+		if gone(el.Value.(*cached)) {
 			a.remove(el)
 			n++
 		}
@@ -109,30 +130,53 @@ func (a *answerCache) clear() int {
 	return n
 }
 
-// cacheRule says whether the answer to a call with key (a CallKey) may be
-// cached, and whether it holds only while its block is canonical (onChain).
-func cacheRule(method, key string) (ok, onChain bool) {
+// cacheRule says how long the answer to a call with key (a CallKey) may be
+// cached, and for a block by number, its number.
+func cacheRule(method, key string) (scope cacheScope, number uint64) {
 	switch method {
 	case "eth_chainId", "net_version", "eth_getBlockByHash":
-		return true, false
+		return scopeConnection, 0
 	case "eth_getTransactionByHash", "eth_getTransactionReceipt":
-		return true, true
+		return scopeCanonical, 0
 	case "eth_getBlockReceipts":
 		// A block hash, not a number or tag, and not the object form,
 		// whose requireCanonical makes the answer depend on the chain.
 		var ps []string
-		return paramsOf(key, &ps) && len(ps) == 1 && isHash(ps[0]), false
+		if paramsOf(key, &ps) && len(ps) == 1 && isHash(ps[0]) {
+			return scopeConnection, 0
+		}
 	case "eth_getLogs":
 		var ps []map[string]json.RawMessage
 		if !paramsOf(key, &ps) || len(ps) != 1 {
-			return false, false
+			return scopeNone, 0
 		}
 		_, byHash := ps[0]["blockHash"]
 		_, from := ps[0]["fromBlock"]
 		_, to := ps[0]["toBlock"]
-		return byHash && !from && !to, false
+		if byHash && !from && !to {
+			return scopeConnection, 0
+		}
+	case "eth_getBlockByNumber":
+		if n, ok := blockNumberParam(key); ok {
+			return scopeFinalized, n
+		}
 	}
-	return false, false
+	return scopeNone, 0
+}
+
+// blockNumberParam reads the params of an eth_getBlockByNumber CallKey:
+// a block number (a quantity, not a tag), then at most a boolean.
+func blockNumberParam(key string) (uint64, bool) {
+	var ps []json.RawMessage
+	if !paramsOf(key, &ps) || len(ps) < 1 || len(ps) > 2 {
+		return 0, false
+	}
+	var num string
+	var full bool
+	if json.Unmarshal(ps[0], &num) != nil || len(ps) == 2 && json.Unmarshal(ps[1], &full) != nil {
+		return 0, false
+	}
+	return parseQuantity(num)
 }
 
 // paramsOf decodes the params of a CallKey into v.
@@ -158,24 +202,40 @@ func isHexDigit(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// cacheable reports whether method's answers may ever be cached.
-func cacheable(method string) bool {
+// cacheable reports whether method's answers may be cached now: with the
+// cache on, and for blocks by number, a finalized block known.
+func (c *Core) cacheable(method string) bool {
+	if c.cache.max <= 0 {
+		return false
+	}
 	switch method {
 	case "eth_chainId", "net_version", "eth_getBlockByHash", "eth_getTransactionByHash",
 		"eth_getTransactionReceipt", "eth_getBlockReceipts", "eth_getLogs":
 		return true
+	case "eth_getBlockByNumber":
+		return c.fin.known
 	}
 	return false
+}
+
+// cacheRuleNow is cacheRule with what the core knows now: a block by
+// number above the finalized block is not cached.
+func (c *Core) cacheRuleNow(method, key string) (cacheScope, uint64) {
+	scope, n := cacheRule(method, key)
+	if scope == scopeFinalized && !c.fin.covers(n) {
+		return scopeNone, 0
+	}
+	return scope, n
 }
 
 // cachedAnswer returns the cached answer to a request of method with key,
 // counting a hit, or ok false, counting a miss when the answer could have
 // been cached.
 func (c *Core) cachedAnswer(method, key string) (x *cached, ok bool) {
-	if c.cache.max <= 0 || !cacheable(method) {
+	if !c.cacheable(method) {
 		return nil, false
 	}
-	if rule, _ := cacheRule(method, key); !rule {
+	if scope, _ := c.cacheRuleNow(method, key); scope == scopeNone {
 		return nil, false
 	}
 	if x = c.cache.get(key); x == nil {
@@ -189,19 +249,19 @@ func (c *Core) cachedAnswer(method, key string) (x *cached, ok bool) {
 // keep caches the answer m in frame to a call with key and method, when the
 // rules allow.
 func (c *Core) keep(method, key string, frame []byte, m *router.Message) {
-	if c.cache.max <= 0 || key == "" || !cacheable(method) || m.Error.Present() || !m.Result.Present() {
+	if key == "" || !c.cacheable(method) || m.Error.Present() || !m.Result.Present() {
 		return
 	}
 	result := m.Result.In(frame)
 	if router.IsNull(result) {
 		return
 	}
-	rule, onChain := cacheRule(method, key)
-	if !rule || (onChain && !c.minedCanonical(result)) {
+	scope, n := c.cacheRuleNow(method, key)
+	if scope == scopeNone || (scope == scopeCanonical && !c.minedCanonical(result)) {
 		return
 	}
 	elem, idSpan := router.Element(frame, m)
-	x := &cached{key: key, method: method, msg: append([]byte(nil), elem...), at: idSpan, onChain: onChain}
+	x := &cached{key: key, method: method, msg: append([]byte(nil), elem...), at: idSpan, scope: scope, number: n}
 	if n := c.cache.put(x); n > 0 {
 		c.obs.CacheEvicted(n)
 	}
@@ -222,26 +282,44 @@ func (c *Core) minedCanonical(result []byte) bool {
 	return ok && c.heads.canonical(n, *r.BlockHash)
 }
 
-// headPushed feeds a head the node pushed to the head view; a break in the
-// chain evicts what depended on it.
-func (c *Core) headPushed(params []byte) {
+// headPushed feeds a head the node pushed to the head view: a break in
+// the chain evicts what depended on it, and a new head asks the node for
+// its finalized block.
+func (c *Core) headPushed(e *Effects, params []byte, now time.Time) {
 	h, ok := parseHeadPush(params)
-	if !ok || !c.heads.observe(h) {
+	if !ok {
 		return
 	}
-	if n := c.cache.evictOnChain(); n > 0 {
+	ch := c.heads.observe(h)
+	if !ch.fresh {
+		return
+	}
+	if ch.broken {
+		c.evicted(c.cache.evictWhere(func(x *cached) bool {
+			return x.scope == scopeCanonical || x.scope == scopeFinalized && x.number >= ch.from
+		}))
+	}
+	c.askFinalized(e, now)
+}
+
+// evictByNumber evicts every block cached by number.
+func (c *Core) evictByNumber() {
+	c.evicted(c.cache.evictWhere(func(x *cached) bool { return x.scope == scopeFinalized }))
+}
+
+// evicted counts n entries evicted.
+func (c *Core) evicted(n int) {
+	if n > 0 {
 		c.obs.CacheEvicted(n)
 		c.obs.CacheBytes(c.cache.bytes)
 	}
 }
 
 // forgetConnection empties what belonged to the connection just lost: the
-// calls in flight, the chain seen, the cache.
+// calls in flight, the chain seen, the finalized block, the cache.
 func (c *Core) forgetConnection() {
 	c.coal.reset()
 	c.heads.reset()
-	if n := c.cache.clear(); n > 0 {
-		c.obs.CacheEvicted(n)
-		c.obs.CacheBytes(0)
-	}
+	c.fin = finalizedView{}
+	c.evicted(c.cache.clear())
 }

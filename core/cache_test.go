@@ -133,8 +133,11 @@ type headRig struct {
 	sub string
 }
 
-func newHeadRig(t *testing.T) *headRig {
-	r := newCoalRig(t, nil)
+func newHeadRig(t *testing.T) *headRig { return newHeadRigWith(t, nil) }
+
+// newHeadRigWith is newHeadRig over a config changed by tweak.
+func newHeadRigWith(t *testing.T, tweak func(*Config)) *headRig {
+	r := newCoalRig(t, tweak)
 	r.connect()
 	cl := r.join()
 	o := r.send(cl, request(`1`, "eth_subscribe", `["newHeads"]`))

@@ -22,9 +22,13 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	c.reqs.Expire(now, func(id uint64, p router.Pending) {
 		c.settled(&p)
 		c.coal.left(id) // its call, if any, goes on for the others
-		if p.Kind == router.KindBackfill {
+		switch p.Kind {
+		case router.KindBackfill:
 			// The gap machine times it out itself (Tick below).
 			delete(c.gapReqs, id)
+			return
+		case router.KindFinalized:
+			c.fin.asking = 0 // the next head asks again
 			return
 		}
 		if p.Up != nil && p.Up.Settle(id) {

@@ -50,7 +50,7 @@ const maxKeyedParams = 16 << 10
 // lock, and the key is held as long as the request: params over
 // maxKeyedParams go without one.
 func (c *Core) callKey(frame []byte, m *router.Message, method string, inBatch bool) string {
-	if (inBatch || !c.coalesce[method]) && (c.cache.max <= 0 || !cacheable(method)) {
+	if (inBatch || !c.coalesce[method]) && !c.cacheable(method) {
 		return ""
 	}
 	var params []byte

@@ -74,11 +74,12 @@ type Core struct {
 
 	// coalesce is Config.CoalesceMethods as a set; coal the calls
 	// requests may join; cache the answers that cannot change; heads
-	// the chain as the node's pushes show it.
+	// the chain as the node's pushes show it; fin its finalized block.
 	coalesce map[string]bool
 	coal     coalesceTable
 	cache    answerCache
 	heads    headView
+	fin      finalizedView
 
 	// Scratch reused from one event to the next.
 	uids []uint64

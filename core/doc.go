@@ -38,7 +38,9 @@
 // limits, id rewriting, batches), upstream_frame.go (layer 1: responses,
 // upstream arrays), subscriptions.go and subtable.go (layer 2),
 // connection.go (connect and loss), clock.go (Tick, ClientGone, shutdown),
-// waiting.go, backfill.go, policy.go, methods.go, drops.go.
+// waiting.go, backfill.go, policy.go, methods.go, drops.go, coalesce.go,
+// cache.go, heads.go (the head view), finalized.go (the node's finalized
+// block, for the cache).
 //
 // A Core is not safe for concurrent use: the shell makes one call at a time
 // (mux holds Server.mu around each) and applies the effects after.

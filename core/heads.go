@@ -63,26 +63,42 @@ func parseQuantity(s string) (uint64, bool) {
 	return n, err == nil
 }
 
-// observe records head h. It reports whether h breaks the chain seen so
-// far (it is not the child of the last head: a reorg, or a jump over
-// heads the node did not push), which makes every block-dependent answer
-// suspect. A head seen already changes nothing.
-func (v *headView) observe(h headSeen) (broken bool) {
+// headChange is what one head changed in a headView.
+type headChange struct {
+	fresh bool // a head not seen just before: the epoch moved
+	// broken: the head is not the child of the last one (a reorg, or a
+	// jump over heads the node did not push), which makes every
+	// block-dependent answer suspect.
+	broken bool
+	// from is, for a break, the lowest block number it may have
+	// replaced: the head's own number when its parent is a hash the view
+	// holds canonical (a sibling, or a shorter chain), else 0 (the view
+	// cannot tell how deep the break goes).
+	from uint64
+}
+
+// observe records head h and reports what it changed. A head seen just
+// before changes nothing.
+func (v *headView) observe(h headSeen) headChange {
 	if v.hashes == nil {
 		v.hashes = make(map[uint64]string)
 	}
 	if h.hash == v.last.hash {
-		return false
+		return headChange{}
 	}
 	v.epoch++
-	broken = v.last.hash != "" && (h.number != v.last.number+1 || h.parent != v.last.hash)
-	if broken {
+	ch := headChange{fresh: true}
+	if v.last.hash != "" && (h.number != v.last.number+1 || h.parent != v.last.hash) {
+		ch.broken = true
+		if h.number > 0 && v.canonical(h.number-1, h.parent) {
+			ch.from = h.number
+		}
 		clear(v.hashes)
 	}
 	v.hashes[h.number] = h.hash
 	delete(v.hashes, h.number-headWindow)
 	v.last = h
-	return broken
+	return ch
 }
 
 // canonical reports whether block number n with hash hash is on the chain

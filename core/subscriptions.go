@@ -69,7 +69,7 @@ func (c *Core) wait(cl *client, mem *member, p router.Pending) {
 // subscribeUpstream sends eth_subscribe for sh on the current connection,
 // as muxd's own request.
 func (c *Core) subscribeUpstream(e *Effects, sh *shared, now time.Time) {
-	c.subs.subscribing(sh, c.internalRequest(e, router.KindSubscribe, methodSubscribe, sh.params, sh.key, now))
+	c.subs.subscribing(sh, c.internalRequest(e, router.KindSubscribe, methodSubscribe, sh.params, sh.key, time.Time{}, now))
 }
 
 // unsubscribeUpstream sends eth_unsubscribe for the node's id.
@@ -78,24 +78,25 @@ func (c *Core) unsubscribeUpstream(e *Effects, upstreamID string, now time.Time)
 		return // the subscription died with the connection
 	}
 	params := append(append([]byte{'['}, upstreamID...), ']')
-	c.internalRequest(e, router.KindUnsubscribe, methodUnsubscribe, params, "", now)
+	c.internalRequest(e, router.KindUnsubscribe, methodUnsubscribe, params, "", time.Time{}, now)
 }
 
 // internalRequest sends a request muxd makes on its own behalf and returns
-// its upstream id. It has no deadline: for eth_subscribe the clients
-// waiting on it time out on their own (expireWaiters), but muxd keeps
-// waiting for the node's answer, so that a late answer still makes the key
-// live (or is unsubscribed) instead of leaving an upstream subscription
-// nobody knows about.
-func (c *Core) internalRequest(e *Effects, kind router.Kind, method string, params []byte, key string, now time.Time) uint64 {
+// its upstream id. eth_subscribe and eth_unsubscribe have no deadline
+// (zero): for eth_subscribe the clients waiting on it time out on their
+// own (expireWaiters), but muxd keeps waiting for the node's answer, so
+// that a late answer still makes the key live (or is unsubscribed) instead
+// of leaving an upstream subscription nobody knows about.
+func (c *Core) internalRequest(e *Effects, kind router.Kind, method string, params []byte, key string, deadline, now time.Time) uint64 {
 	uid := c.reqs.Next()
 	c.enqueue(e, nil, uid, router.Pending{
-		Client: router.Internal,
-		Method: method,
-		Sent:   now,
-		Frame:  router.AppendRequest(nil, uid, method, params),
-		Kind:   kind,
-		Key:    key,
+		Client:   router.Internal,
+		Method:   method,
+		Sent:     now,
+		Deadline: deadline,
+		Frame:    router.AppendRequest(nil, uid, method, params),
+		Kind:     kind,
+		Key:      key,
 	}, now)
 	return uid
 }
@@ -229,7 +230,7 @@ func (c *Core) push(e *Effects, frame []byte, m *router.Message, now time.Time) 
 		return
 	}
 	if isNewHeadsKey(sh.key) && (len(c.coalesce) > 0 || c.cache.max > 0) {
-		c.headPushed(m.Params.In(frame))
+		c.headPushed(e, m.Params.In(frame), now)
 	}
 	elem := frame[m.Start:m.End]
 	live := sharedPush{elem, rebase(m.Subscription, m.Start), true, m.Start}

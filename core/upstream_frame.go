@@ -84,6 +84,9 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 	case router.KindBackfill:
 		c.backfillAnswered(e, frame, m, uid, now)
 		return
+	case router.KindFinalized:
+		c.finalizedAnswered(frame, m, uid)
+		return
 	case router.KindUnsubscribe:
 		return
 	}

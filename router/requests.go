@@ -21,6 +21,7 @@ const (
 	KindSubscribe               // eth_subscribe for a subscription key (muxd's own)
 	KindUnsubscribe             // eth_unsubscribe muxd sends when a key's last client leaves
 	KindBackfill                // a request of muxd's own to fill a subscription's gap (package gapfill)
+	KindFinalized               // muxd's own eth_getBlockByNumber("finalized"), for the cache (package core)
 )
 
 // Pending is one request in flight upstream.
