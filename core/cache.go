@@ -42,6 +42,7 @@ type answerCache struct {
 	max, bytes int
 	byKey      map[string]*list.Element // of *cached
 	lru        list.List                // most recently used first
+	gone       []string                 // methods of the entries evicted since countEvictions
 }
 
 // cached is one answer: msg, the node's answer, with its id at at.
@@ -82,12 +83,11 @@ func (a *answerCache) get(key string) *cached {
 	return el.Value.(*cached)
 }
 
-// put stores x, evicting the least recently used entries past the bound,
-// and returns how many it evicted. An entry over a quarter of the bound is
-// not stored.
-func (a *answerCache) put(x *cached) (evicted int) {
+// put stores x, evicting the least recently used entries past the bound.
+// An entry over a quarter of the bound is not stored.
+func (a *answerCache) put(x *cached) {
 	if x.size() > a.max/4 {
-		return 0
+		return
 	}
 	if el := a.byKey[x.key]; el != nil {
 		a.remove(el)
@@ -95,10 +95,14 @@ func (a *answerCache) put(x *cached) (evicted int) {
 	a.byKey[x.key] = a.lru.PushFront(x)
 	a.bytes += x.size()
 	for a.bytes > a.max {
-		a.remove(a.lru.Back())
-		evicted++
+		a.evict(a.lru.Back())
 	}
-	return evicted
+}
+
+// evict removes the entry at el and notes its method in gone.
+func (a *answerCache) evict(el *list.Element) {
+	a.gone = append(a.gone, el.Value.(*cached).method)
+	a.remove(el)
 }
 
 func (a *answerCache) remove(el *list.Element) {
@@ -107,27 +111,20 @@ func (a *answerCache) remove(el *list.Element) {
 	a.bytes -= x.size()
 }
 
-// evictWhere removes every entry gone says is wrong now, and returns how
-// many.
-func (a *answerCache) evictWhere(gone func(*cached) bool) (n int) {
+// evictWhere evicts every entry wrong says is wrong now.
+func (a *answerCache) evictWhere(wrong func(*cached) bool) {
 	for el := a.lru.Front(); el != nil; {
 		next := el.Next()
-		if gone(el.Value.(*cached)) {
-			a.remove(el)
-			n++
+		if wrong(el.Value.(*cached)) {
+			a.evict(el)
 		}
 		el = next
 	}
-	return n
 }
 
-// clear removes every entry and returns how many.
-func (a *answerCache) clear() int {
-	n := len(a.byKey)
-	clear(a.byKey)
-	a.lru.Init()
-	a.bytes = 0
-	return n
+// clear evicts every entry.
+func (a *answerCache) clear() {
+	a.evictWhere(func(*cached) bool { return true })
 }
 
 // cacheRule says how long the answer to a call with key (a CallKey) may be
@@ -262,10 +259,8 @@ func (c *Core) keep(method, key string, frame []byte, m *router.Message) {
 	}
 	elem, idSpan := router.Element(frame, m)
 	x := &cached{key: key, method: method, msg: append([]byte(nil), elem...), at: idSpan, scope: scope, number: n}
-	if n := c.cache.put(x); n > 0 {
-		c.obs.CacheEvicted(n)
-	}
-	c.obs.CacheBytes(c.cache.bytes)
+	c.cache.put(x)
+	c.countEvictions()
 }
 
 // minedCanonical reports whether a transaction or receipt names a block
@@ -295,24 +290,28 @@ func (c *Core) headPushed(e *Effects, params []byte, now time.Time) {
 		return
 	}
 	if ch.broken {
-		c.evicted(c.cache.evictWhere(func(x *cached) bool {
+		c.cache.evictWhere(func(x *cached) bool {
 			return x.scope == scopeCanonical || x.scope == scopeFinalized && x.number >= ch.from
-		}))
+		})
+		c.countEvictions()
 	}
 	c.askFinalized(e, now)
 }
 
 // evictByNumber evicts every block cached by number.
 func (c *Core) evictByNumber() {
-	c.evicted(c.cache.evictWhere(func(x *cached) bool { return x.scope == scopeFinalized }))
+	c.cache.evictWhere(func(x *cached) bool { return x.scope == scopeFinalized })
+	c.countEvictions()
 }
 
-// evicted counts n entries evicted.
-func (c *Core) evicted(n int) {
-	if n > 0 {
-		c.obs.CacheEvicted(n)
-		c.obs.CacheBytes(c.cache.bytes)
+// countEvictions counts the entries evicted since it last ran, by method,
+// and the bytes the cache holds now.
+func (c *Core) countEvictions() {
+	for _, method := range c.cache.gone {
+		c.obs.CacheEvicted(method)
 	}
+	c.cache.gone = c.cache.gone[:0]
+	c.obs.CacheBytes(c.cache.bytes)
 }
 
 // forgetConnection empties what belonged to the connection just lost: the
@@ -321,5 +320,6 @@ func (c *Core) forgetConnection() {
 	c.coal.reset()
 	c.heads.reset()
 	c.fin = finalizedView{}
-	c.evicted(c.cache.clear())
+	c.cache.clear()
+	c.countEvictions()
 }

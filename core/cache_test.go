@@ -181,8 +181,8 @@ func TestCacheReorg(t *testing.T) {
 	// A reorg: another block 0x11.
 	evicted := h.counts.evicted
 	h.head(0x11, hashC, hashA)
-	if h.counts.evicted != evicted+1 {
-		t.Errorf("reorg evicted %d entries, want 1", h.counts.evicted-evicted)
+	if h.counts.evicted != evicted+1 || h.counts.lastEvicted != "eth_getTransactionReceipt" {
+		t.Errorf("reorg evicted %d entries (last %s), want 1 (eth_getTransactionReceipt)", h.counts.evicted-evicted, h.counts.lastEvicted)
 	}
 	if up, _ := h.roundTrip(`8`, "eth_getTransactionReceipt", `["`+txA+`"]`, receipt(hashB)); len(up) != 1 {
 		t.Fatal("a receipt stayed cached across a reorg")

@@ -29,13 +29,17 @@ type coalCounts struct {
 	nopObserver
 	coalesced, hits, misses, evicted int
 	bytes                            int
+	lastEvicted                      string // the method of the last entry evicted
 }
 
-func (o *coalCounts) Coalesced(string)   { o.coalesced++ }
-func (o *coalCounts) CacheHit(string)    { o.hits++ }
-func (o *coalCounts) CacheMiss(string)   { o.misses++ }
-func (o *coalCounts) CacheEvicted(n int) { o.evicted += n }
-func (o *coalCounts) CacheBytes(n int)   { o.bytes = n }
+func (o *coalCounts) Coalesced(string) { o.coalesced++ }
+func (o *coalCounts) CacheHit(string)  { o.hits++ }
+func (o *coalCounts) CacheMiss(string) { o.misses++ }
+func (o *coalCounts) CacheEvicted(method string) {
+	o.evicted++
+	o.lastEvicted = method
+}
+func (o *coalCounts) CacheBytes(n int) { o.bytes = n }
 
 const coalTimeout = 10 * time.Second
 

@@ -101,7 +101,7 @@ type Observer interface {
 	Coalesced(method string)                  // a request that joined an identical call in flight
 	CacheHit(method string)                   // a request answered from the cache
 	CacheMiss(method string)                  // a cacheable request the cache did not hold
-	CacheEvicted(n int)                       // entries evicted (bound, reorg, connection lost)
+	CacheEvicted(method string)               // an entry evicted (bound, reorg, connection lost), by method
 	CacheBytes(n int)                         // bytes the cache holds now
 }
 
@@ -122,5 +122,5 @@ func (nopObserver) BackfillDuration(time.Duration) {}
 func (nopObserver) Coalesced(string)               {}
 func (nopObserver) CacheHit(string)                {}
 func (nopObserver) CacheMiss(string)               {}
-func (nopObserver) CacheEvicted(int)               {}
+func (nopObserver) CacheEvicted(string)            {}
 func (nopObserver) CacheBytes(int)                 {}

@@ -78,7 +78,7 @@ func (r *recorder) BackfillDuration(time.Duration) { r.durations++ }
 func (r *recorder) Coalesced(method string)        { r.counts["coalesced "+method]++ }
 func (r *recorder) CacheHit(method string)         { r.counts["cache hit "+method]++ }
 func (r *recorder) CacheMiss(method string)        { r.counts["cache miss "+method]++ }
-func (r *recorder) CacheEvicted(n int)             { r.counts["cache evicted"] += n }
+func (r *recorder) CacheEvicted(method string)     { r.counts["cache evicted "+method]++ }
 func (r *recorder) CacheBytes(int)                 {}
 
 // harness drives one Core. now only moves when a step says so; the core

@@ -53,7 +53,7 @@ type Metrics struct {
 	Coalesced          *prometheus.CounterVec // muxd_coalesced_total{method}
 	CacheHits          *prometheus.CounterVec // muxd_cache_hits_total{method}
 	CacheMisses        *prometheus.CounterVec // muxd_cache_misses_total{method}
-	CacheEvictions     prometheus.Counter     // muxd_cache_evictions_total
+	CacheEvictions     *prometheus.CounterVec // muxd_cache_evictions_total{method}
 	CacheBytes         prometheus.Gauge       // muxd_cache_bytes
 	backfilled         *prometheus.CounterVec
 
@@ -142,9 +142,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	m.CacheMisses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "muxd_cache_misses_total", Help: "Cacheable requests the cache did not hold, by method.",
 	}, []string{"method"})
-	m.CacheEvictions = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "muxd_cache_evictions_total", Help: "Cache entries evicted: past the size bound, made suspect by a reorg, or with the upstream connection lost.",
-	})
+	m.CacheEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "muxd_cache_evictions_total", Help: "Cache entries evicted, by method: past the size bound, made suspect by a reorg, or with the upstream connection lost.",
+	}, []string{"method"})
 	m.CacheBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "muxd_cache_bytes", Help: "Bytes held by the cache of answers that cannot change.",
 	})
@@ -238,7 +238,7 @@ func (o observer) BackfillDuration(d time.Duration) { o.m.BackfillDuration.Obser
 func (o observer) Coalesced(method string)          { o.m.Coalesced.WithLabelValues(method).Inc() }
 func (o observer) CacheHit(method string)           { o.m.CacheHits.WithLabelValues(method).Inc() }
 func (o observer) CacheMiss(method string)          { o.m.CacheMisses.WithLabelValues(method).Inc() }
-func (o observer) CacheEvicted(n int)               { o.m.CacheEvictions.Add(float64(n)) }
+func (o observer) CacheEvicted(method string)       { o.m.CacheEvictions.WithLabelValues(method).Inc() }
 func (o observer) CacheBytes(n int)                 { o.m.CacheBytes.Set(float64(n)) }
 func (o observer) BackfillGap(kind, reason string) {
 	o.m.BackfillGaps.WithLabelValues(kind, reason).Inc()
