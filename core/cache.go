@@ -253,6 +253,12 @@ func (c *Core) keep(method, key string, frame []byte, m *router.Message) {
 	if router.IsNull(result) {
 		return
 	}
+	if method == "eth_getLogs" && string(result) == "[]" {
+		// Most blocks have no matching log, but a node that has not
+		// indexed a block's logs yet answers the same: not worth the
+		// risk of serving it for the life of the connection.
+		return
+	}
 	scope, n := c.cacheRuleNow(method, key)
 	if scope == scopeNone || (scope == scopeCanonical && !c.minedCanonical(result)) {
 		return

@@ -45,6 +45,7 @@ func TestCacheImmutable(t *testing.T) {
 		{"receipts by number", "eth_getBlockReceipts", `["0x10"]`, `[]`, false},
 		{"receipts latest", "eth_getBlockReceipts", `["latest"]`, `[]`, false},
 		{"receipts require canonical", "eth_getBlockReceipts", `[{"blockHash":"` + hashA + `","requireCanonical":true}]`, `[]`, false},
+		{"no logs by block hash", "eth_getLogs", `[{"blockHash":"` + hashA + `","address":"0x01"}]`, `[]`, false},
 		{"logs by range", "eth_getLogs", `[{"fromBlock":"0x1","toBlock":"0x2"}]`, `[]`, false},
 		{"block by number", "eth_getBlockByNumber", `["0x10",false]`, block, false},
 		{"block number", "eth_blockNumber", `[]`, `"0x10"`, false},

@@ -45,17 +45,23 @@ func (m *outMsg) appendTo(dst []byte) []byte {
 // events on different goroutines, after the lock around the core is
 // released, and one that comes early waits (parked) for those before it.
 //
-// The bound is in bytes, parked messages included. The first message is
+// The bound is in bytes queued or being written. The first message is
 // always accepted whatever its size, so a single large response (a block
 // trace) cannot by itself make a client a slow consumer; after that, a push
 // that would take the queue past the bound fails and the client is to be
-// disconnected. Nothing is ever dropped silently.
+// disconnected. Nothing is ever dropped silently. A parked message is not
+// checked against the bound: which goroutine applied its effects first is
+// not the client's doing. It is queued with those before it once they
+// come, and counts from then on. (Parking is brief: a message waits only
+// for one an event already being applied holds, so what is parked is
+// bounded by what the core produced for the client meanwhile.)
 type outbox struct {
 	mu     sync.Mutex
 	msgs   []outMsg
 	parked map[uint64]outMsg // came before their turn
 	next   uint64            // the Seq of the next message to queue
-	bytes  int
+	bytes  int               // queued or being written
+	held   int               // parked
 	limit  int
 	closed bool
 	wake   chan struct{} // cap 1: something was queued
@@ -74,22 +80,23 @@ func (q *outbox) push(seq uint64, m outMsg) bool {
 		return false
 	}
 	n := m.size()
-	if q.bytes > 0 && q.bytes+n > q.limit {
-		q.closed = true
-		q.msgs, q.parked = nil, nil
-		q.bytes = 0
-		q.mu.Unlock()
-		return false
-	}
-	q.bytes += n
 	if seq != q.next {
 		if q.parked == nil {
 			q.parked = make(map[uint64]outMsg)
 		}
 		q.parked[seq] = m
+		q.held += n
 		q.mu.Unlock()
 		return true
 	}
+	if q.bytes > 0 && q.bytes+n > q.limit {
+		q.closed = true
+		q.msgs, q.parked = nil, nil
+		q.bytes, q.held = 0, 0
+		q.mu.Unlock()
+		return false
+	}
+	q.bytes += n
 	q.msgs = append(q.msgs, m)
 	q.next++
 	for len(q.parked) > 0 {
@@ -98,6 +105,9 @@ func (q *outbox) push(seq uint64, m outMsg) bool {
 			break
 		}
 		delete(q.parked, q.next)
+		pn := pm.size()
+		q.held -= pn
+		q.bytes += pn
 		q.msgs = append(q.msgs, pm)
 		q.next++
 	}
@@ -136,6 +146,7 @@ func (q *outbox) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.msgs, q.parked = nil, nil
+	q.held = 0
 	q.mu.Unlock()
 }
 
@@ -158,5 +169,5 @@ func (q *outbox) hasQueued() bool {
 func (q *outbox) pending() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.bytes
+	return q.bytes + q.held
 }
