@@ -173,7 +173,7 @@ func blockNumberParam(key string) (uint64, bool) {
 	if json.Unmarshal(ps[0], &num) != nil || len(ps) == 2 && json.Unmarshal(ps[1], &full) != nil {
 		return 0, false
 	}
-	return parseQuantity(num)
+	return router.ParseQuantity(num)
 }
 
 // paramsOf decodes the params of a CallKey into v.
@@ -279,7 +279,7 @@ func (c *Core) minedCanonical(result []byte) bool {
 	if json.Unmarshal(result, &r) != nil || r.BlockHash == nil || r.BlockNumber == nil {
 		return false
 	}
-	n, ok := parseQuantity(*r.BlockNumber)
+	n, ok := router.ParseQuantity(*r.BlockNumber)
 	return ok && c.heads.canonical(n, *r.BlockHash)
 }
 

@@ -68,7 +68,7 @@ func (c *Core) finalizedAnswered(frame []byte, m *router.Message, uid uint64) {
 	var n uint64
 	ok := !m.Error.Present() && m.Result.Present() && json.Unmarshal(m.Result.In(frame), &b) == nil && b.Hash != ""
 	if ok {
-		n, ok = parseQuantity(b.Number)
+		n, ok = router.ParseQuantity(b.Number)
 	}
 	if !ok {
 		// No finalized block: nothing stays cached by number.

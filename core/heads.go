@@ -2,8 +2,9 @@ package core
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
+
+	"github.com/muxd/muxd/router"
 )
 
 // headView is what the core knows of the node's chain on the current
@@ -47,20 +48,11 @@ func parseHeadPush(params []byte) (headSeen, bool) {
 	if json.Unmarshal(params, &p) != nil || p.Result.Hash == "" {
 		return headSeen{}, false
 	}
-	n, ok := parseQuantity(p.Result.Number)
+	n, ok := router.ParseQuantity(p.Result.Number)
 	if !ok {
 		return headSeen{}, false
 	}
 	return headSeen{n, strings.ToLower(p.Result.Hash), strings.ToLower(p.Result.ParentHash)}, true
-}
-
-// parseQuantity reads a JSON-RPC quantity ("0x1a").
-func parseQuantity(s string) (uint64, bool) {
-	if len(s) < 3 || (s[:2] != "0x" && s[:2] != "0X") {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(s[2:], 16, 64)
-	return n, err == nil
 }
 
 // headChange is what one head changed in a headView.

@@ -60,8 +60,8 @@ func (s *Server) peer(id router.ClientID) *Client {
 // splices its own subscription id in.
 func (s *Server) deliver(ds []core.Delivery, buf []byte) (lent bool) {
 	var (
-		src  *byte  // the borrowed shared push last copied
-		copy []byte // its copy
+		src    *byte  // the borrowed shared push last copied
+		shared []byte // its copy
 	)
 	s.peersMu.RLock()
 	defer s.peersMu.RUnlock()
@@ -81,19 +81,20 @@ func (s *Server) deliver(ds []core.Delivery, buf []byte) (lent bool) {
 			m.at, m.id = d.At, d.ID
 			if d.Borrowed {
 				if src != &d.Msg[0] {
-					src, copy = &d.Msg[0], bytes.Clone(d.Msg)
+					src, shared = &d.Msg[0], bytes.Clone(d.Msg)
 				}
-				m.msg = copy
+				m.msg = shared
 			}
-		case d.Borrowed && d.Lendable && buf != nil && len(d.Msg) > inlineSpliceMax:
-			// The splice moves the few bytes before the id, not the
-			// answer.
-			if resp, ok := spliceInPlace(buf, frameHeadroom+d.Off, len(d.Msg), d.At, d.ID); ok {
-				m.msg, m.lent, lent = resp, buf, true
-				break
-			}
-			m.msg = router.AppendSpliced(make([]byte, 0, len(d.Msg)-d.At.Len+len(d.ID)), d.Msg, d.At, d.ID)
 		default:
+			// A large answer that is its frame's only message keeps its
+			// buffer: the splice moves the few bytes before the id, not
+			// the answer. Anything else is copied with its id spliced.
+			if d.Borrowed && d.Lendable && buf != nil && len(d.Msg) > inlineSpliceMax {
+				if resp, ok := spliceInPlace(buf, frameHeadroom+d.Off, len(d.Msg), d.At, d.ID); ok {
+					m.msg, m.lent, lent = resp, buf, true
+					break
+				}
+			}
 			m.msg = router.AppendSpliced(make([]byte, 0, len(d.Msg)-d.At.Len+len(d.ID)), d.Msg, d.At, d.ID)
 		}
 		c.send(d.Seq, m)

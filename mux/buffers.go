@@ -210,13 +210,6 @@ func (p *framePool) trim() {
 	p.timer.Reset(framePoolIdle - now.Sub(p.free[0].since))
 }
 
-// held is the total capacity of the free buffers.
-func (p *framePool) held() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.bytes
-}
-
 // readFrame reads r to its end into b after frameHeadroom bytes, growing b
 // through the pool, and returns b holding the headroom and the message.
 func (p *framePool) readFrame(b []byte, r io.Reader) ([]byte, error) {

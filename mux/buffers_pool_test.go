@@ -152,3 +152,10 @@ func TestSpliceInPlace(t *testing.T) {
 		})
 	}
 }
+
+// held is the total capacity of the free buffers.
+func (p *framePool) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bytes
+}

@@ -164,10 +164,3 @@ func (q *outbox) hasQueued() bool {
 	defer q.mu.Unlock()
 	return len(q.msgs) > 0
 }
-
-// pending is the number of bytes queued, parked or being written.
-func (q *outbox) pending() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.bytes + q.held
-}

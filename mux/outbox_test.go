@@ -89,3 +89,10 @@ func TestOutboxCaughtUp(t *testing.T) {
 		t.Fatalf("after writing both: caught up to 2 %v, to 3 %v, pending %d", q.caughtUp(2), q.caughtUp(3), q.pending())
 	}
 }
+
+// pending is the number of bytes queued, parked or being written.
+func (q *outbox) pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bytes + q.held
+}

@@ -1,0 +1,18 @@
+package router
+
+import "testing"
+
+func TestParseQuantity(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"0x1a", 26, true}, {"0X1A", 26, true}, {"0x0", 0, true}, {"0xffffffffffffffff", 1<<64 - 1, true},
+		{"0x", 0, false}, {"1a", 0, false}, {"0x1g", 0, false}, {"0x10000000000000000", 0, false}, {"", 0, false},
+	} {
+		if got, ok := ParseQuantity(tt.in); ok != tt.ok || ok && got != tt.want {
+			t.Errorf("ParseQuantity(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
