@@ -57,17 +57,25 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 		}
 		return false
 	})
-	for _, mem := range c.subs.expireWaiters(now, nil) {
-		delete(mem.cl.subs, mem.id)
-		c.ended(mem.cl, 0)
-		expired = append(expired, *mem.req)
-	}
+	expired = c.expireWaiters(now, expired)
 	if len(expired) > 0 {
 		c.subGauges()
 	}
 	c.answerAll(e, expired, router.ErrorTimeout, now)
 	c.answerAll(e, gaveUp, errNoUpstream, now)
 	c.applyGap(e, c.gap.Tick(now), nil, now)
+}
+
+// expireWaiters removes the client eth_subscribe requests waiting for the
+// node whose deadline is not after now, with their subscriptions, and
+// appends the requests to dst, to be answered by the caller.
+func (c *Core) expireWaiters(now time.Time, dst []router.Pending) []router.Pending {
+	for _, mem := range c.subs.expireWaiters(now, nil) {
+		delete(mem.cl.subs, mem.id)
+		c.ended(mem.cl, 0)
+		dst = append(dst, *mem.req)
+	}
+	return dst
 }
 
 // answerAll answers every request of ps with err.
@@ -137,11 +145,7 @@ func (c *Core) Shutdown(e *Effects, err router.RPCError, now time.Time) int {
 		c.settled(&w.p)
 		done = append(done, w.p)
 	}
-	for _, mem := range c.subs.expireWaiters(time.Unix(1<<40, 0), nil) { // every waiter
-		delete(mem.cl.subs, mem.id)
-		c.ended(mem.cl, 0)
-		done = append(done, *mem.req)
-	}
+	done = c.expireWaiters(time.Unix(1<<40, 0), done) // every waiter
 	c.subGauges()
 	n := 0
 	for i := range done {

@@ -18,7 +18,7 @@ func (c *Core) UpstreamConnected(e *Effects, gen uint64, now time.Time) {
 	waiting := c.waiting.take()
 	sent := 0
 	for _, w := range waiting {
-		if w.p.Client != router.Internal && c.clients[w.p.Client] == nil {
+		if !c.alive(w.p.Client) {
 			continue // its client left
 		}
 		if cl := c.clients[w.p.Client]; cl != nil {
@@ -49,7 +49,8 @@ func (c *Core) UpstreamConnected(e *Effects, gen uint64, now time.Time) {
 // once with -32002 "connection lost", because it may or may not have been
 // executed. Requests that waited on one coalesced call are each retried or
 // failed like that, and coalesced again on the next connection; the
-// coalescing table, the head view and the cache are emptied. A connection that is not the current one changes nothing.
+// coalescing table, the head view and the cache are emptied. A connection
+// that is not the current one changes nothing.
 func (c *Core) UpstreamLost(e *Effects, gen uint64, now time.Time) {
 	e.Reset()
 	defer c.finish(e)
