@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -30,9 +31,11 @@ type connLimiter struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	conns   map[net.Conn]*connEntry // every open connection, by its wrapper
-	closing bool                    // shutdown has begun
+	mu    sync.Mutex
+	conns map[net.Conn]*connEntry // every open connection, by its wrapper
+	// closing is set, under mu, once shutdown has begun; readDeadline
+	// reads it on every HTTP request without taking mu.
+	closing atomic.Bool
 }
 
 // connEntry is the limiter's record of one open connection.
@@ -64,7 +67,7 @@ func (l *connLimiter) listener(ln net.Listener) net.Listener {
 func (l *connLimiter) admit(c net.Conn) (net.Conn, bool) {
 	var victim net.Conn
 	l.mu.Lock()
-	if l.closing {
+	if l.closing.Load() {
 		l.mu.Unlock()
 		return nil, false
 	}
@@ -152,16 +155,10 @@ func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
 // from now, or now once shutdown has begun.
 func (l *connLimiter) readDeadline(d time.Duration) time.Time {
 	now := time.Now()
-	if l.isClosing() {
+	if l.closing.Load() {
 		return now
 	}
 	return now.Add(d)
-}
-
-func (l *connLimiter) isClosing() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closing
 }
 
 // shutdown refuses new connections from now on and cuts the reads of those
@@ -171,7 +168,7 @@ func (l *connLimiter) isClosing() bool {
 // Server.Shutdown.
 func (l *connLimiter) shutdown() {
 	l.mu.Lock()
-	l.closing = true
+	l.closing.Store(true)
 	var busy []net.Conn
 	for c, e := range l.conns {
 		if !e.idle && !e.hijacked {

@@ -74,7 +74,7 @@ type deadlineBody struct {
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) && !b.lim.isClosing() {
+	if errors.Is(err, io.EOF) && !b.lim.closing.Load() {
 		b.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
