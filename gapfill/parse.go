@@ -131,6 +131,15 @@ func parseQuantity(s string) (uint64, bool) {
 	return n, err == nil
 }
 
+// parseQuantityJSON reads a JSON string holding a quantity ("\"0x1a\"").
+func parseQuantityJSON(raw []byte) (uint64, bool) {
+	s, err := strconv.Unquote(string(raw))
+	if err != nil {
+		return 0, false
+	}
+	return parseQuantity(s)
+}
+
 func quantity(n uint64) string { return "0x" + strconv.FormatUint(n, 16) }
 
 // asRemoved returns a copy of a log's raw object with "removed" set true.
