@@ -141,7 +141,6 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 		if h.num > 0 {
 			j.checked[h.num-1] = h.parent
 		}
-		j.phase = logsCheck
 		m.resolveChecks(k, now)
 	case purposeCheckBlock, purposeLogsBlock:
 		h, ok := parseHeader(result)
@@ -271,7 +270,7 @@ const ByHashBlocks = 4
 // Blocks below the head) and delivers once every answer is in.
 func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 	j := k.job
-	j.phase = logsFetch
+	j.fetching = true
 	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
 		m.gap(k, "too_long")
 		from = floor
@@ -349,7 +348,7 @@ func (m *Machine) startJump(k *keyState, from, to uint64, known map[uint64]strin
 
 // afterChunk delivers once every chunk is in.
 func (m *Machine) afterChunk(k *keyState, now time.Time) {
-	if j := k.job; j != nil && j.phase == logsFetch && j.chunks == 0 {
+	if j := k.job; j != nil && j.fetching && j.chunks == 0 {
 		m.deliverLogs(k, now)
 	}
 }
@@ -401,7 +400,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 	if j.late {
 		m.gap(k, "late")
 	}
-	if j.phase == logsFetch && j.head > k.covered {
+	if j.fetching && j.head > k.covered {
 		k.covered = j.head
 	}
 	m.endJob(k, now)

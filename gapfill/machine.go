@@ -232,9 +232,9 @@ type job struct {
 	probed  map[uint64]bool   // numbers at or below the last head asked for by number (probeBelow)
 
 	// logs
-	phase    int    // logsHead, logsCheck, logsFetch
 	head     uint64 // node's head
 	haveHead bool
+	fetching bool              // the logs were asked for (fetchRange): delivered once every chunk is in
 	checks   []uint64          // remembered blocks not resolved yet, descending
 	asked    int               // how many of checks (from the front) were asked for
 	checked  map[uint64]string // canonical hashes known: answers to checks, a jump's head and parent
@@ -246,12 +246,6 @@ type job struct {
 	missing  bool // a chunk was given up
 	late     bool // a fetched log came after a later one was delivered
 }
-
-const (
-	logsHead = iota
-	logsCheck
-	logsFetch
-)
 
 func (m *Machine) take() Effects {
 	e := m.eff
@@ -322,7 +316,6 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 			break
 		}
 		j := m.startJob(k, now)
-		j.phase = logsHead
 		j.checked = map[uint64]string{}
 		for n := range k.blocks {
 			j.checks = append(j.checks, n)
