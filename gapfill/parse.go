@@ -144,14 +144,14 @@ func quantity(n uint64) string { return "0x" + strconv.FormatUint(n, 16) }
 
 // asRemoved returns a copy of a log's raw object with "removed" set true.
 func asRemoved(raw []byte) []byte {
-	var m map[string]json.RawMessage
 	if i := bytes.LastIndex(raw, []byte(`"removed":false`)); i >= 0 {
 		out := make([]byte, 0, len(raw)+1)
 		out = append(out, raw[:i]...)
 		out = append(out, `"removed":true`...)
 		return append(out, raw[i+len(`"removed":false`):]...)
 	}
-	if json.Unmarshal(raw, &m) != nil {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
 		return raw
 	}
 	m["removed"] = json.RawMessage("true")
