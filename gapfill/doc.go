@@ -22,7 +22,7 @@
 // machine built), and counters (backfilled heads and logs, gaps that could
 // not be closed, backfill durations).
 //
-// Rules, each covered by a table test in machine_test.go:
+// Rules, each covered by a test in heads_test.go or logs_test.go:
 //
 //   - newHeads: the last delivered head (number, hash) and the hashes of
 //     the last Config.Blocks delivered heads are kept per key. A head that

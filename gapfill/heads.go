@@ -7,7 +7,7 @@ import "time"
 func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
 	if !k.haveLast || h.num == 0 || (h.num == k.last+1 && h.parent == k.hashes[k.last]) {
 		m.recordHead(k, h)
-		m.deliver(k, live, resultOf(h, live))
+		m.deliver(k, live, h.raw)
 		return
 	}
 	if k.hashes[h.num] == h.hash {
@@ -50,18 +50,10 @@ func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
 			continue
 		}
 		j.numWait[n] = true
-		j.queue = append(j.queue, &request{method: "eth_getBlockByNumber",
-			params: []byte(`["` + quantity(n) + `",false]`), purpose: purposeHeadByNumber, num: n})
+		j.queue = append(j.queue, blockByNumber(n, purposeHeadByNumber))
 	}
 	m.pump(k, now)
 	m.walk(k, now)
-}
-
-func resultOf(h header, live bool) []byte {
-	if live {
-		return nil
-	}
-	return h.raw
 }
 
 // recordHead makes h the last delivered head.
@@ -158,8 +150,7 @@ func (m *Machine) probeBelow(k *keyState, n uint64, now time.Time) {
 		}
 		j.probed[num] = true
 		j.numWait[num] = true
-		m.enqueue(k, &request{method: "eth_getBlockByNumber",
-			params: []byte(`["` + quantity(num) + `",false]`), purpose: purposeHeadByNumber, num: num}, now)
+		m.enqueue(k, blockByNumber(num, purposeHeadByNumber), now)
 	}
 }
 

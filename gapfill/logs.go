@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -23,7 +24,7 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 		if len(b.logs) == 0 {
 			delete(k.blocks, l.block)
 		}
-		m.deliver(k, live, resultOfLog(l, live))
+		m.deliver(k, live, l.raw)
 		delivered(k, l)
 		return
 	}
@@ -41,7 +42,7 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 		l.raw = append([]byte(nil), l.raw...)
 	}
 	m.remember(k, l)
-	m.deliver(k, live, resultOfLog(l, live))
+	m.deliver(k, live, l.raw)
 	delivered(k, l)
 	// Every block below a log's was delivered whole: the node pushes in
 	// chain order.
@@ -52,6 +53,23 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 		k.covered, k.haveCovered = l.block-1, true
 	}
 }
+
+// removals maps each log that held pushes say was removed (logID) to the
+// index of its last removal among them.
+func removals(held [][]byte) map[string]int {
+	var at map[string]int
+	for i, res := range held {
+		if l, ok := parseLog(res); ok && l.removed {
+			if at == nil {
+				at = map[string]int{}
+			}
+			at[logID(l)] = i
+		}
+	}
+	return at
+}
+
+func logID(l logEntry) string { return l.hash + "/" + strconv.FormatUint(l.index, 10) }
 
 // logPos is a log's place in chain order.
 type logPos struct{ block, index uint64 }
@@ -72,13 +90,6 @@ func delivered(k *keyState, l logEntry) {
 		}
 	}
 	k.lastPos, k.haveLastPos = p, true
-}
-
-func resultOfLog(l logEntry, live bool) []byte {
-	if live {
-		return nil
-	}
-	return l.raw
 }
 
 func seen(k *keyState, l logEntry) bool {
@@ -130,7 +141,6 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 		if h.num > 0 {
 			j.checked[h.num-1] = h.parent
 		}
-		j.phase = logsCheck
 		m.resolveChecks(k, now)
 	case purposeCheckBlock, purposeLogsBlock:
 		h, ok := parseHeader(result)
@@ -190,8 +200,7 @@ func (m *Machine) askChecks(k *keyState, now time.Time) {
 	for j.asked < len(j.checks) && j.asked < checkWindow {
 		n := j.checks[j.asked]
 		j.asked++
-		m.enqueue(k, &request{method: "eth_getBlockByNumber", params: []byte(`["` + quantity(n) + `",false]`),
-			purpose: purposeCheckBlock, num: n}, now)
+		m.enqueue(k, blockByNumber(n, purposeCheckBlock), now)
 	}
 }
 
@@ -235,7 +244,6 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 // remembered blocks were replaced; at most Blocks below the head.
 func (m *Machine) fetch(k *keyState, now time.Time) {
 	j := k.job
-	j.phase = logsFetch
 	from := k.covered + 1
 	if len(j.replaced) > 0 {
 		low := j.replaced[len(j.replaced)-1]
@@ -262,7 +270,7 @@ const ByHashBlocks = 4
 // Blocks below the head) and delivers once every answer is in.
 func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 	j := k.job
-	j.phase = logsFetch
+	j.fetching = true
 	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
 		m.gap(k, "too_long")
 		from = floor
@@ -274,8 +282,7 @@ func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 				j.queue = append(j.queue, logsByHash(k, n, hash))
 				continue
 			}
-			j.queue = append(j.queue, &request{method: "eth_getBlockByNumber", params: []byte(`["` + quantity(n) + `",false]`),
-				purpose: purposeLogsBlock, num: n})
+			j.queue = append(j.queue, blockByNumber(n, purposeLogsBlock))
 		}
 	} else {
 		for a := from; a <= j.head; a += m.cfg.LogsChunk {
@@ -341,7 +348,7 @@ func (m *Machine) startJump(k *keyState, from, to uint64, known map[uint64]strin
 
 // afterChunk delivers once every chunk is in.
 func (m *Machine) afterChunk(k *keyState, now time.Time) {
-	if j := k.job; j != nil && j.phase == logsFetch && j.chunks == 0 {
+	if j := k.job; j != nil && j.fetching && j.chunks == 0 {
 		m.deliverLogs(k, now)
 	}
 }
@@ -393,7 +400,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 	if j.late {
 		m.gap(k, "late")
 	}
-	if j.phase == logsFetch && j.head > k.covered {
+	if j.fetching && j.head > k.covered {
 		k.covered = j.head
 	}
 	m.endJob(k, now)

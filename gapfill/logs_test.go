@@ -24,23 +24,29 @@ func only(ls []lg, addr string) []lg {
 	return slices.DeleteFunc(slices.Clone(ls), func(l lg) bool { return l.addr != addr })
 }
 
-func (h *harness) deliveredLogs() []string {
-	var s []string
-	for _, r := range h.out {
-		l, ok := parseLog(r)
-		if !ok {
-			s = append(s, "?"+string(r))
-			continue
-		}
-		s = append(s, fmt.Sprintf("%d/%s/%d/%t", l.block, l.hash[2:18], l.index, l.removed))
+// deliveredLogs returns what was delivered as logString does for logs.
+func (h *harness) deliveredLogs() []string { return h.delivered("", parseLogString) }
+
+// deliveredLogsTo returns what was delivered to key, as deliveredLogs.
+func (h *harness) deliveredLogsTo(key string) []string { return h.delivered(key, parseLogString) }
+
+func parseLogString(r []byte) (string, bool) {
+	l, ok := parseLog(r)
+	if !ok {
+		return "", false
 	}
-	return s
+	return logString(l.block, l.hash, l.index, l.removed), true
+}
+
+// logString is a log as the tests compare it: "block/hash-branch/index/removed".
+func logString(block uint64, hash string, index uint64, removed bool) string {
+	return fmt.Sprintf("%d/%s/%d/%t", block, hash[2:18], index, removed)
 }
 
 func logStrings(ls []lg, removed bool) []string {
 	var s []string
 	for _, l := range ls {
-		s = append(s, fmt.Sprintf("%d/%s/%d/%t", l.block, l.hash[2:18], l.index, removed))
+		s = append(s, logString(l.block, l.hash, l.index, removed))
 	}
 	return s
 }
@@ -85,12 +91,7 @@ func TestLogs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 9, 60)...)}
-			h := newHarness(t, withBlocks(tt.cfg), n)
-			h.apply(h.m.Live(logsKey, h.now), nil) // baseline: block 0
-			for _, l := range only(logsOf(main, 1, tt.before), "0xaa") {
-				h.push(logsKey, logJSON(l, false))
-			}
-			h.m.Disconnected()
+			h := lostAfterLogs(t, withBlocks(tt.cfg), n, tt.before) // baseline: block 0
 			n.chain, n.head, n.hook = tt.node, tt.head, tt.hook
 			h.out = nil
 			h.apply(h.m.Live(logsKey, h.now), nil)
@@ -119,18 +120,27 @@ func TestLogs(t *testing.T) {
 	}
 }
 
+// lostAfterLogs makes the logs key live on n, delivers the logs of
+// address 0xaa of blocks 1..before of n's chain live, and loses the
+// connection.
+func lostAfterLogs(t *testing.T, cfg Config, n *node, before uint64) *harness {
+	t.Helper()
+	h := newHarness(t, cfg, n)
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	for _, l := range only(logsOf(n.chain, 1, before), "0xaa") {
+		h.push(logsKey, logJSON(l, false))
+	}
+	h.m.Disconnected()
+	return h
+}
+
 // heldLogsJob delivers the logs of blocks 1..5 of n's chain live, loses the
 // connection, moves the node to chain at head, and makes the key live again
 // with the node holding its eth_getLogs answers: they are in *later, for the
 // test to answer when it has pushed what comes live meanwhile.
 func heldLogsJob(t *testing.T, n *node, chain map[uint64]blk, head uint64) (*harness, *[]Send) {
 	t.Helper()
-	h := newHarness(t, Config{Blocks: 128}, n)
-	h.apply(h.m.Live(logsKey, h.now), nil)
-	for _, l := range only(logsOf(n.chain, 1, 5), "0xaa") {
-		h.push(logsKey, logJSON(l, false))
-	}
-	h.m.Disconnected()
+	h := lostAfterLogs(t, Config{Blocks: 128}, n, 5)
 	n.chain, n.head = chain, head
 	later := new([]Send)
 	n.hook = func(s Send) ([]byte, bool, bool) {
@@ -231,6 +241,20 @@ func TestOtherKinds(t *testing.T) {
 	}
 }
 
+// pushOrphaned has the node push, live, the logs orphaned, then their
+// removals, then the logs fresh of the branch that replaced them.
+func pushOrphaned(h *harness, orphaned, fresh []lg) {
+	for _, l := range orphaned {
+		h.push(logsKey, logJSON(l, false))
+	}
+	for _, l := range orphaned {
+		h.push(logsKey, logJSON(l, true))
+	}
+	for _, l := range fresh {
+		h.push(logsKey, logJSON(l, false))
+	}
+}
+
 // TestLogsStaleHeldAfterReorg: while a backfill runs, the node pushes a log
 // of a block that a reorg then replaces (A), its removed:true, and the log
 // again on the new branch (B); the backfill's eth_getLogs already returned
@@ -241,16 +265,7 @@ func TestLogsStaleHeldAfterReorg(t *testing.T) {
 	forked := chainOf(1, 7, 60) // block 8 differs
 	n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 8, 60)...)}
 	h, later := heldLogsJob(t, n, forked, 8)
-	stale := only(logsOf(main, 8, 8), "0xaa")
-	for _, l := range stale {
-		h.push(logsKey, logJSON(l, false))
-	}
-	for _, l := range stale {
-		h.push(logsKey, logJSON(l, true))
-	}
-	for _, l := range only(logsOf(forked, 8, 8), "0xaa") {
-		h.push(logsKey, logJSON(l, false))
-	}
+	pushOrphaned(h, only(logsOf(main, 8, 8), "0xaa"), only(logsOf(forked, 8, 8), "0xaa"))
 	if len(h.out) != 0 || len(*later) == 0 {
 		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(*later))
 	}
@@ -272,39 +287,12 @@ func TestLogsStaleHeldNoMatchOnNewBranch(t *testing.T) {
 	main := chainOf(0, 0, 60)
 	forked := chainOf(1, 7, 60) // block 8 differs, and has no logs
 	n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 9, 60)...)}
-	h := newHarness(t, Config{Blocks: 128}, n)
-	h.apply(h.m.Live(logsKey, h.now), nil)
-	for _, l := range only(logsOf(main, 1, 5), "0xaa") {
-		h.push(logsKey, logJSON(l, false))
+	h, later := heldLogsJob(t, n, forked, 9)
+	pushOrphaned(h, only(logsOf(main, 8, 8), "0xaa"), only(logsOf(forked, 9, 9), "0xaa"))
+	if len(h.out) != 0 || len(*later) != 1 {
+		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(*later))
 	}
-	h.m.Disconnected()
-	n.chain, n.head = forked, 9
-	var later []Send
-	n.hook = func(s Send) ([]byte, bool, bool) {
-		if s.Method == "eth_getLogs" {
-			later = append(later, s)
-			return nil, false, true
-		}
-		return nil, false, false
-	}
-	h.out = nil
-	h.apply(h.m.Live(logsKey, h.now), nil)
-	stale := only(logsOf(main, 8, 8), "0xaa")
-	for _, l := range stale {
-		h.push(logsKey, logJSON(l, false))
-	}
-	for _, l := range stale {
-		h.push(logsKey, logJSON(l, true))
-	}
-	for _, l := range only(logsOf(forked, 9, 9), "0xaa") {
-		h.push(logsKey, logJSON(l, false))
-	}
-	if len(h.out) != 0 || len(later) != 1 {
-		t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(later))
-	}
-	n.hook = nil
-	res, _ := n.answer(later[0])
-	h.apply(h.m.Answer(later[0].ID, res, h.now), nil)
+	answerLater(h, n, *later)
 	want := logStrings(append(only(logsOf(main, 6, 7), "0xaa"), only(logsOf(forked, 9, 9), "0xaa")...), false)
 	if got := h.deliveredLogs(); !slices.Equal(got, want) {
 		t.Fatalf("delivered\n%v\nwant\n%v", got, want)
@@ -326,12 +314,7 @@ func TestLogsRoundTrips(t *testing.T) {
 	main := chainOf(0, 0, 60)
 	forked := chainOf(1, 8, 60) // 9 and 10 replaced
 	n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 9, 60)...)}
-	h := newHarness(t, Config{Blocks: 128}, n)
-	h.apply(h.m.Live(logsKey, h.now), nil)
-	for _, l := range only(logsOf(main, 1, 10), "0xaa") {
-		h.push(logsKey, logJSON(l, false))
-	}
-	h.m.Disconnected()
+	h := lostAfterLogs(t, Config{Blocks: 128}, n, 10)
 	n.chain, n.head = forked, 12
 	var round []Send
 	n.hook = func(s Send) ([]byte, bool, bool) {
@@ -433,13 +416,7 @@ func TestLogsHeadJump(t *testing.T) {
 			h.push(headsKey, headJSON(main[tt.head]))
 			next := lg{tt.head + 1, main[tt.head+1].hash, 0, "0xaa"}
 			h.push(logsKey, logJSON(next, false))
-			var got []string
-			for i, r := range h.out {
-				if h.outKeys[i] == logsKey {
-					l, _ := parseLog(r)
-					got = append(got, fmt.Sprintf("%d/%s/%d/%t", l.block, l.hash[2:18], l.index, l.removed))
-				}
-			}
+			got := h.deliveredLogsTo(logsKey)
 			want := logStrings(append(slices.Clone(tt.want), next), false)
 			if !slices.Equal(got, want) {
 				t.Errorf("delivered\n%v\nwant\n%v", got, want)
@@ -492,12 +469,7 @@ func TestLogsByHashWhenFew(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n := &node{chain: main, logs: logsOf(main, 1, 60)}
-			h := newHarness(t, Config{Blocks: 128}, n)
-			h.apply(h.m.Live(logsKey, h.now), nil)
-			for _, l := range only(logsOf(main, 1, 5), "0xaa") {
-				h.push(logsKey, logJSON(l, false))
-			}
-			h.m.Disconnected()
+			h := lostAfterLogs(t, Config{Blocks: 128}, n, 5)
 			n.head, n.hook, n.seen, h.out = tt.head, tt.hook, nil, nil
 			h.apply(h.m.Live(logsKey, h.now), nil)
 			for range 2 * DefaultAttempts {
@@ -556,13 +528,7 @@ func TestLogsHeadJumpDuringJob(t *testing.T) {
 		res, _ := (&node{chain: main, head: 12, logs: n.logs}).answer(s)
 		h.apply(h.m.Answer(s.ID, res, h.now), nil)
 	}
-	var got []string
-	for i, r := range h.out {
-		if h.outKeys[i] == logsKey {
-			l, _ := parseLog(r)
-			got = append(got, fmt.Sprintf("%d/%s/%d/%t", l.block, l.hash[2:18], l.index, l.removed))
-		}
-	}
+	got := h.deliveredLogsTo(logsKey)
 	want := logStrings(append(only(logsOf(main, 6, 12), "0xaa"), lg{13, main[13].hash, 0, "0xaa"}), false)
 	if !slices.Equal(got, want) || len(h.gaps) != 0 {
 		t.Fatalf("delivered\n%v\nwant\n%v\ngaps %v", got, want, h.gaps)

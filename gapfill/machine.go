@@ -3,7 +3,6 @@ package gapfill
 import (
 	"encoding/json"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -233,9 +232,9 @@ type job struct {
 	probed  map[uint64]bool   // numbers at or below the last head asked for by number (probeBelow)
 
 	// logs
-	phase    int    // logsHead, logsCheck, logsFetch
 	head     uint64 // node's head
 	haveHead bool
+	fetching bool              // the logs were asked for (fetchRange): delivered once every chunk is in
 	checks   []uint64          // remembered blocks not resolved yet, descending
 	asked    int               // how many of checks (from the front) were asked for
 	checked  map[uint64]string // canonical hashes known: answers to checks, a jump's head and parent
@@ -248,19 +247,18 @@ type job struct {
 	late     bool // a fetched log came after a later one was delivered
 }
 
-const (
-	logsHead = iota
-	logsCheck
-	logsFetch
-)
-
 func (m *Machine) take() Effects {
 	e := m.eff
 	m.eff = Effects{}
 	return e
 }
 
+// deliver queues a delivery for k: the push just given (live, res
+// ignored) or res.
 func (m *Machine) deliver(k *keyState, live bool, res []byte) {
+	if live {
+		res = nil
+	}
 	m.eff.Deliveries = append(m.eff.Deliveries, Delivery{Key: k.key, Live: live, Result: res})
 }
 
@@ -301,7 +299,7 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		m.keys[key] = k
 		if k.kind == kindLogs && m.Enabled() {
 			// Where the key starts: logs from before it are not owed.
-			m.sendNew(k, &request{method: "eth_blockNumber", params: []byte("[]"), purpose: purposeBaseline}, now)
+			m.askBaseline(k, now)
 		}
 		return m.take()
 	}
@@ -314,11 +312,10 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		if !k.haveCovered {
 			// It never learned where it started: nothing to backfill from.
 			m.gap(k, "unavailable")
-			m.sendNew(k, &request{method: "eth_blockNumber", params: []byte("[]"), purpose: purposeBaseline}, now)
+			m.askBaseline(k, now)
 			break
 		}
 		j := m.startJob(k, now)
-		j.phase = logsHead
 		j.checked = map[uint64]string{}
 		for n := range k.blocks {
 			j.checks = append(j.checks, n)
@@ -336,9 +333,21 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 	return m.take()
 }
 
+// askBaseline asks for the node's head: where logs key k starts (outside
+// any job).
+func (m *Machine) askBaseline(k *keyState, now time.Time) {
+	m.sendNew(k, &request{method: "eth_blockNumber", params: []byte("[]"), purpose: purposeBaseline}, now)
+}
+
 // Forget drops everything known about key (its last subscriber left).
 func (m *Machine) Forget(key string) {
 	delete(m.keys, key)
+	m.dropRequests(key)
+}
+
+// dropRequests forgets the requests sent for key: their answers are
+// ignored.
+func (m *Machine) dropRequests(key string) {
 	for id, r := range m.reqs {
 		if r.key == key {
 			delete(m.reqs, id)
@@ -365,8 +374,9 @@ func (m *Machine) Disconnected() {
 // Passes reports whether pushes for key go through untouched (a kind that
 // cannot be backfilled, a key the machine does not track, or backfill
 // off): a caller may then deliver them itself without calling Push.
-func (m *Machine) Passes(key string) bool {
-	k := m.keys[key]
+func (m *Machine) Passes(key string) bool { return m.passes(m.keys[key]) }
+
+func (m *Machine) passes(k *keyState) bool {
 	return k == nil || k.kind == kindOther || !m.Enabled()
 }
 
@@ -374,7 +384,7 @@ func (m *Machine) Passes(key string) bool {
 // object) for key".
 func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 	k := m.keys[key]
-	if m.Passes(key) {
+	if m.passes(k) {
 		m.eff.Deliveries = append(m.eff.Deliveries, Delivery{Key: key, Live: true})
 		return m.take()
 	}
@@ -383,35 +393,30 @@ func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 		m.deliver(k, true, nil)
 		return m.take()
 	}
-	m.push(k, res, now)
+	// A head is parsed once: for its key's rules and for noteHead.
+	var h header
+	isHead := false
 	if k.kind == kindHeads {
-		if h, ok := parseHeader(res); ok {
-			m.noteHead(h, now) // after this key's own effects
-		}
+		h, isHead = parseHeader(res)
 	}
-	return m.take()
-}
-
-// push applies the rules of k's kind to a push's result res.
-func (m *Machine) push(k *keyState, res []byte, now time.Time) {
-	if k.job != nil {
+	switch {
+	case k.job != nil:
 		m.hold(k, res, now)
-		return
-	}
-	switch k.kind {
-	case kindHeads:
-		if h, ok := parseHeader(res); ok {
-			m.onHead(k, h, true, now)
-		} else {
-			m.deliver(k, true, nil)
-		}
-	case kindLogs:
+	case isHead:
+		m.onHead(k, h, true, now)
+	case k.kind == kindLogs:
 		if l, ok := parseLog(res); ok {
 			m.onLog(k, l, true)
 		} else {
 			m.deliver(k, true, nil)
 		}
+	default:
+		m.deliver(k, true, nil)
 	}
+	if isHead {
+		m.noteHead(h, now) // after this key's own effects
+	}
+	return m.take()
 }
 
 func (m *Machine) hold(k *keyState, res []byte, now time.Time) {
@@ -474,11 +479,8 @@ func (m *Machine) Tick(now time.Time) Effects {
 		k.job.inflight--
 		m.failed(k, r, now)
 	}
-	for _, key := range m.sortedKeys() {
-		k := m.keys[key]
-		if k == nil || k.job == nil {
-			continue
-		}
+	for _, key := range m.keysWithJobs() {
+		k := m.keys[key] // each key's effects touch that key only: its job still runs
 		if !now.Before(k.job.deadline) {
 			m.giveUp(k, "timeout", now)
 			continue
@@ -488,7 +490,9 @@ func (m *Machine) Tick(now time.Time) Effects {
 	return m.take()
 }
 
-func (m *Machine) sortedKeys() []string {
+// keysWithJobs returns the keys whose job runs, sorted (effects in a
+// stable order).
+func (m *Machine) keysWithJobs() []string {
 	keys := make([]string, 0, len(m.keys))
 	for key, k := range m.keys {
 		if k.job != nil {
@@ -568,6 +572,11 @@ func (m *Machine) pump(k *keyState, now time.Time) {
 	j.queue = kept
 }
 
+// blockByNumber is eth_getBlockByNumber(n, false), for purpose.
+func blockByNumber(n uint64, purpose string) *request {
+	return &request{method: "eth_getBlockByNumber", params: []byte(`["` + quantity(n) + `",false]`), purpose: purpose, num: n}
+}
+
 // sendNew sends r under a fresh id.
 func (m *Machine) sendNew(k *keyState, r *request, now time.Time) {
 	m.nextID++
@@ -591,11 +600,7 @@ func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time
 // held through the usual rules (one of them may start the next job).
 func (m *Machine) endJob(k *keyState, now time.Time) {
 	j := k.job
-	for id, r := range m.reqs {
-		if r.key == k.key {
-			delete(m.reqs, id)
-		}
-	}
+	m.dropRequests(k.key)
 	k.job = nil
 	m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
 	if k.kind == kindLogs && k.owedTo != 0 {
@@ -644,23 +649,6 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 	}
 }
 
-// removals maps each log that held pushes say was removed (logID) to the
-// index of its last removal among them.
-func removals(held [][]byte) map[string]int {
-	var at map[string]int
-	for i, res := range held {
-		if l, ok := parseLog(res); ok && l.removed {
-			if at == nil {
-				at = map[string]int{}
-			}
-			at[logID(l)] = i
-		}
-	}
-	return at
-}
-
-func logID(l logEntry) string { return l.hash + "/" + strconv.FormatUint(l.index, 10) }
-
 // giveUp ends k's job past a bound: what it has is delivered in order,
 // then what it held, and the gap is counted.
 func (m *Machine) giveUp(k *keyState, reason string, now time.Time) {
@@ -676,12 +664,4 @@ func (m *Machine) giveUp(k *keyState, reason string, now time.Time) {
 		j.missing = false // counted just now
 		m.deliverLogs(k, now)
 	}
-}
-
-func parseQuantityJSON(raw []byte) (uint64, bool) {
-	s, err := strconv.Unquote(string(raw))
-	if err != nil {
-		return 0, false
-	}
-	return parseQuantity(s)
 }

@@ -131,18 +131,27 @@ func parseQuantity(s string) (uint64, bool) {
 	return n, err == nil
 }
 
+// parseQuantityJSON reads a JSON string holding a quantity ("\"0x1a\"").
+func parseQuantityJSON(raw []byte) (uint64, bool) {
+	s, err := strconv.Unquote(string(raw))
+	if err != nil {
+		return 0, false
+	}
+	return parseQuantity(s)
+}
+
 func quantity(n uint64) string { return "0x" + strconv.FormatUint(n, 16) }
 
 // asRemoved returns a copy of a log's raw object with "removed" set true.
 func asRemoved(raw []byte) []byte {
-	var m map[string]json.RawMessage
 	if i := bytes.LastIndex(raw, []byte(`"removed":false`)); i >= 0 {
 		out := make([]byte, 0, len(raw)+1)
 		out = append(out, raw[:i]...)
 		out = append(out, `"removed":true`...)
 		return append(out, raw[i+len(`"removed":false`):]...)
 	}
-	if json.Unmarshal(raw, &m) != nil {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
 		return raw
 	}
 	m["removed"] = json.RawMessage("true")

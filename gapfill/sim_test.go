@@ -223,24 +223,41 @@ func (h *harness) tick(d time.Duration) {
 	h.apply(h.m.Tick(h.now), nil)
 }
 
-// delivered returns what was delivered as "n:hash-branch" for heads.
-func (h *harness) deliveredHeads() []string {
+// delivered returns what was delivered to key (to any key: ""), each as
+// str describes it, or "?" and the result when str cannot.
+func (h *harness) delivered(key string, str func([]byte) (string, bool)) []string {
 	var s []string
-	for _, r := range h.out {
-		hd, ok := parseHeader(r)
-		if !ok {
-			s = append(s, "?"+string(r))
+	for i, r := range h.out {
+		if key != "" && h.outKeys[i] != key {
 			continue
 		}
-		s = append(s, fmt.Sprintf("%d/%s", hd.num, hd.hash[2:18]))
+		if d, ok := str(r); ok {
+			s = append(s, d)
+		} else {
+			s = append(s, "?"+string(r))
+		}
 	}
 	return s
 }
 
+// deliveredHeads returns what was delivered as "n/hash-branch" for heads.
+func (h *harness) deliveredHeads() []string {
+	return h.delivered("", func(r []byte) (string, bool) {
+		hd, ok := parseHeader(r)
+		if !ok {
+			return "", false
+		}
+		return headString(hd.num, hd.hash), true
+	})
+}
+
+// headString is a head as the tests compare it: "n/hash-branch".
+func headString(num uint64, hash string) string { return fmt.Sprintf("%d/%s", num, hash[2:18]) }
+
 func headsOf(c map[uint64]blk, from, to uint64) []string {
 	var s []string
 	for n := from; n <= to; n++ {
-		s = append(s, fmt.Sprintf("%d/%s", n, c[n].hash[2:18]))
+		s = append(s, headString(n, c[n].hash))
 	}
 	return s
 }
