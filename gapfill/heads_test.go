@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/muxd/muxd/router"
 )
 
 const headsKey = `["newHeads"]`
@@ -301,7 +303,7 @@ func TestHeadsContinuationAheadOfWalk(t *testing.T) {
 		_ = json.Unmarshal(s.Params, &p)
 		var q string
 		_ = json.Unmarshal(p[0], &q)
-		num, _ := parseQuantity(q)
+		num, _ := router.ParseQuantity(q)
 		return nil, false, num >= 15 // the high blocks: never answered
 	}}
 	h := newHarness(t, Config{Blocks: 128}, n)
@@ -325,7 +327,7 @@ func TestHeadsContinuationAheadOfWalk(t *testing.T) {
 		}
 		var p []string
 		_ = json.Unmarshal(bytes.Replace(s.Params, []byte(",false"), nil, 1), &p)
-		if num, _ := parseQuantity(p[0]); num <= 14 {
+		if num, _ := router.ParseQuantity(p[0]); num <= 14 {
 			t.Errorf("the next job asked again for delivered block %d", num)
 		}
 	}

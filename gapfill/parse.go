@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/muxd/muxd/router"
 )
 
 // header is what the machine knows of a block header: its number, hash,
@@ -93,7 +95,7 @@ func parseHeader(raw []byte) (header, bool) {
 	if json.Unmarshal(raw, &h) != nil || !isHash(h.Hash) || !isHash(h.ParentHash) {
 		return header{}, false
 	}
-	n, ok := parseQuantity(h.Number)
+	n, ok := router.ParseQuantity(h.Number)
 	if !ok {
 		return header{}, false
 	}
@@ -112,8 +114,8 @@ func parseLog(raw []byte) (logEntry, bool) {
 	if json.Unmarshal(raw, &l) != nil || !isHash(l.BlockHash) {
 		return logEntry{}, false
 	}
-	b, ok1 := parseQuantity(l.BlockNumber)
-	i, ok2 := parseQuantity(l.LogIndex)
+	b, ok1 := router.ParseQuantity(l.BlockNumber)
+	i, ok2 := router.ParseQuantity(l.LogIndex)
 	if !ok1 || !ok2 {
 		return logEntry{}, false
 	}
@@ -122,22 +124,13 @@ func parseLog(raw []byte) (logEntry, bool) {
 
 func isHash(s string) bool { return len(s) == 66 && (s[:2] == "0x" || s[:2] == "0X") }
 
-// parseQuantity reads a JSON-RPC quantity ("0x1a").
-func parseQuantity(s string) (uint64, bool) {
-	if len(s) < 3 || (s[:2] != "0x" && s[:2] != "0X") {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(s[2:], 16, 64)
-	return n, err == nil
-}
-
 // parseQuantityJSON reads a JSON string holding a quantity ("\"0x1a\"").
 func parseQuantityJSON(raw []byte) (uint64, bool) {
 	s, err := strconv.Unquote(string(raw))
 	if err != nil {
 		return 0, false
 	}
-	return parseQuantity(s)
+	return router.ParseQuantity(s)
 }
 
 func quantity(n uint64) string { return "0x" + strconv.FormatUint(n, 16) }

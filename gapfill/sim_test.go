@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/muxd/muxd/router"
 )
 
 // blk is a block of a simulated chain.
@@ -98,7 +100,7 @@ func (n *node) answer(s Send) (res []byte, drop bool) {
 	case "eth_getBlockByNumber":
 		var q string
 		_ = json.Unmarshal(p[0], &q)
-		num, _ := parseQuantity(q)
+		num, _ := router.ParseQuantity(q)
 		if q == "latest" {
 			num = n.head
 		}
@@ -126,8 +128,8 @@ func (n *node) answer(s Send) (res []byte, drop bool) {
 			Address   string `json:"address"`
 		}
 		_ = json.Unmarshal(p[0], &f)
-		from, _ := parseQuantity(f.From)
-		to, _ := parseQuantity(f.To)
+		from, _ := router.ParseQuantity(f.From)
+		to, _ := router.ParseQuantity(f.To)
 		known := f.BlockHash == "" // a block hash names a block the node has, on any branch
 		for _, b := range n.chain {
 			known = known || (b.hash == f.BlockHash && b.num <= n.head)
