@@ -1,10 +1,9 @@
 package core
 
 import (
-	"encoding/json"
 	"strings"
 
-	"github.com/muxd/muxd/router"
+	"github.com/muxd/muxd/gapfill"
 )
 
 // headView is what the core knows of the node's chain on the current
@@ -38,21 +37,8 @@ func isNewHeadsKey(key string) bool { return strings.HasPrefix(key, `["newHeads"
 // parseHeadPush reads number, hash and parentHash of the head pushed in
 // params (an eth_subscription push's params object).
 func parseHeadPush(params []byte) (headSeen, bool) {
-	var p struct {
-		Result struct {
-			Number     string `json:"number"`
-			Hash       string `json:"hash"`
-			ParentHash string `json:"parentHash"`
-		} `json:"result"`
-	}
-	if json.Unmarshal(params, &p) != nil || p.Result.Hash == "" {
-		return headSeen{}, false
-	}
-	n, ok := router.ParseQuantity(p.Result.Number)
-	if !ok {
-		return headSeen{}, false
-	}
-	return headSeen{n, strings.ToLower(p.Result.Hash), strings.ToLower(p.Result.ParentHash)}, true
+	n, hash, parent, ok := gapfill.PushedHead(params)
+	return headSeen{n, hash, parent}, ok
 }
 
 // headChange is what one head changed in a headView.

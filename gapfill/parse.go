@@ -155,6 +155,18 @@ func asRemoved(raw []byte) []byte {
 	return b
 }
 
+// PushedHead reads the number, hash and parent hash (lowercase) of the head
+// in a newHeads push's params, as the machine does; package core's head
+// view reads heads with it too.
+func PushedHead(params []byte) (number uint64, hash, parent string, ok bool) {
+	r, ok := pushResult(params)
+	if !ok {
+		return 0, "", "", false
+	}
+	h, ok := parseHeader(r)
+	return h.num, h.hash, h.parent, ok
+}
+
 // pushResult returns params.result of an eth_subscription push's params.
 func pushResult(params []byte) ([]byte, bool) {
 	var p struct {
