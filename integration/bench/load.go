@@ -120,6 +120,30 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
+// load is a closed-loop measurement's load: its goroutines run until ctx
+// ends, which stop or the first failure brings about.
+type load struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	once sync.Once
+	err  error // the first failure; read only once the goroutines are done
+}
+
+func newLoad(ctx context.Context) *load {
+	l := &load{}
+	l.ctx, l.stop = context.WithCancel(ctx)
+	return l
+}
+
+// fail records err, unless the load has already ended, and ends it. Any
+// goroutine of the load may call it.
+func (l *load) fail(err error) {
+	if l.ctx.Err() != nil {
+		return
+	}
+	l.once.Do(func() { l.err = err; l.stop() })
+}
+
 func percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
@@ -187,18 +211,11 @@ func runThroughput(ctx context.Context, e *env, o Options, batch int) (perSec, c
 		return 0, 0, err
 	}
 	defer closeAll(conns)
-	loadCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	load := newLoad(ctx)
+	defer load.stop()
+	loadCtx, fail := load.ctx, load.fail
 	var done, bad atomic.Int64
 	var wg sync.WaitGroup
-	var errOnce sync.Once
-	var loadErr error
-	fail := func(err error) {
-		if loadCtx.Err() != nil {
-			return
-		}
-		errOnce.Do(func() { loadErr = err; stop() })
-	}
 	for _, c := range conns {
 		tokens := make(chan struct{}, o.Window)
 		for range o.Window {
@@ -255,11 +272,11 @@ func runThroughput(ctx context.Context, e *env, o Options, batch int) (perSec, c
 	n0, cpu0, t0 := done.Load(), e.proxyCPU(), time.Now()
 	pause(loadCtx, o.Duration)
 	n1, cpu1, t1 := done.Load(), e.proxyCPU(), time.Now()
-	stop()
+	load.stop()
 	closeAll(conns)
 	wg.Wait()
-	if loadErr != nil {
-		return 0, 0, loadErr
+	if load.err != nil {
+		return 0, 0, load.err
 	}
 	if b := bad.Load(); b != 0 {
 		return 0, 0, fmt.Errorf("throughput: %d responses without a result", b)
@@ -684,18 +701,11 @@ func runLarge(ctx context.Context, e *env, o Options, size int) (largeFigures, e
 		return f, err
 	}
 	defer closeAll(conns)
-	loadCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	load := newLoad(ctx)
+	defer load.stop()
+	loadCtx, fail := load.ctx, load.fail
 	var bytesIn atomic.Int64
 	var wg sync.WaitGroup
-	var errOnce sync.Once
-	var loadErr error
-	fail := func(err error) {
-		if loadCtx.Err() != nil {
-			return
-		}
-		errOnce.Do(func() { loadErr = err; stop() })
-	}
 	bodyLen := len(largeBody(size)) // built here, not during the measurement
 	for _, c := range conns {
 		wg.Go(func() {
@@ -733,11 +743,11 @@ func runLarge(ctx context.Context, e *env, o Options, size int) (largeFigures, e
 		}
 		f.peakRSSMB = float64(hwm) / 1024
 	}
-	stop()
+	load.stop()
 	closeAll(conns)
 	wg.Wait()
-	if loadErr != nil {
-		return f, loadErr
+	if load.err != nil {
+		return f, load.err
 	}
 	n := float64(n1 - n0)
 	if n <= 0 {

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http/httptest"
 	"runtime"
 	"sort"
 	"strings"
@@ -54,7 +53,7 @@ func TestChaos(t *testing.T) {
 	closeUp := func() { upOnce.Do(up.Close) }
 	t.Cleanup(closeUp)
 
-	srv, err := mux.New(mux.Config{
+	srv, wsURL, stopMuxd := startMuxd(t, mux.Config{
 		Upstream:       up.URL,
 		RequestTimeout: requestTimeout,
 		PingInterval:   -1,
@@ -64,34 +63,6 @@ func TestChaos(t *testing.T) {
 		ReconnectMax: reconnectMax,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopRun := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- srv.Run(runCtx) }()
-	var runOnce sync.Once
-	stopServer := func() {
-		runOnce.Do(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := srv.Shutdown(sctx); err != nil {
-				t.Errorf("Shutdown: %v", err)
-			}
-			stopRun()
-			select {
-			case <-runDone:
-			case <-time.After(10 * time.Second):
-				t.Errorf("Run did not return within 10s of its context being cancelled")
-			}
-		})
-	}
-	t.Cleanup(stopServer)
-	front := httptest.NewServer(srv)
-	var frontOnce sync.Once
-	closeFront := func() { frontOnce.Do(front.Close) }
-	t.Cleanup(closeFront)
-	wsURL := "ws" + strings.TrimPrefix(front.URL, "http")
 
 	start := time.Now()
 	end := start.Add(trafficFor)
@@ -177,8 +148,9 @@ func TestChaos(t *testing.T) {
 		t.Errorf("muxd_clients{ws} = %v after every client left", v)
 	}
 
-	stopServer()
-	closeFront()
+	if err := stopMuxd(); err != nil {
+		t.Error(err)
+	}
 	closeUp()
 
 	// Everything muxd, the upstream and the clients started must be gone.

@@ -44,29 +44,13 @@ func TestLargeFramesSlowNode(t *testing.T) {
 	node := newSlowEchoNode(nodeRate)
 	t.Cleanup(node.Close)
 
-	srv, err := mux.New(mux.Config{
+	srv, wsURL, _ := startMuxd(t, mux.Config{
 		Upstream:       node.URL,
 		RequestTimeout: 2 * time.Minute,
 		PingInterval:   500 * time.Millisecond,
 		PingTimeout:    time.Second,
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopRun := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- srv.Run(runCtx) }()
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-		stopRun()
-		<-runDone
-	})
-	front := httptest.NewServer(srv)
-	t.Cleanup(front.Close)
-	wsURL := "ws" + strings.TrimPrefix(front.URL, "http")
 
 	start := time.Now()
 	var wg sync.WaitGroup
