@@ -155,10 +155,7 @@ func TestUpstreamArrays(t *testing.T) {
 		}}
 		h.fake.SetHandler(col.handle)
 		c := h.dial(t)
-		got := map[string]resp{}
-		for _, r := range parseBatch(t, c.call(fourElementBatch)) {
-			got[string(r.ID)] = r
-		}
+		got := batchByID(t, c.call(fourElementBatch))
 		wantError(t, got[`1`], `1`, 3, "execution reverted")
 		wantEcho(t, got[`"x"`], `"x"`, "eth_b", `["b"]`)
 		wantEcho(t, got[`3`], `3`, "eth_c", `["c"]`)
@@ -202,10 +199,7 @@ func TestUpstreamArrays(t *testing.T) {
 		}}
 		h.fake.SetHandler(col.handle)
 		c := h.dial(t)
-		got := map[string]resp{}
-		for _, r := range parseBatch(t, c.call(fourElementBatch)) {
-			got[string(r.ID)] = r
-		}
+		got := batchByID(t, c.call(fourElementBatch))
 		wantEcho(t, got[`1`], `1`, "eth_a", `["a"]`)
 		wantError(t, got[`"x"`], `"x"`, -32002, "request timed out")
 		wantEcho(t, got[`3`], `3`, "eth_c", `["c"]`)
@@ -318,10 +312,7 @@ func TestUpstreamArrays(t *testing.T) {
 			{"jsonrpc":"2.0","id":2,"method":"eth_sendRawTransaction","params":[2]},
 			{"jsonrpc":"2.0","id":3,"method":"eth_blockNumber","params":[3]}
 		]`)
-		got := map[string]resp{}
-		for _, r := range parseBatch(t, c.recv()) {
-			got[string(r.ID)] = r
-		}
+		got := batchByID(t, c.recv())
 		wantEcho(t, got[`1`], `1`, "eth_chainId", `[1]`)
 		wantError(t, got[`2`], `2`, -32002, "upstream unavailable")
 		wantEcho(t, got[`3`], `3`, "eth_blockNumber", `[3]`)
@@ -346,4 +337,15 @@ func describe(reqs []fakeReq) string {
 		parts = append(parts, r.Method+"@"+string(r.ID)+"/"+jsonOf([]int{r.Frame, r.Index, r.Array}))
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// batchByID decodes a frame that must be a JSON array of answers, keyed
+// by their ids as written.
+func batchByID(t *testing.T, b []byte) map[string]resp {
+	t.Helper()
+	got := map[string]resp{}
+	for _, r := range parseBatch(t, b) {
+		got[string(r.ID)] = r
+	}
+	return got
 }
