@@ -8,31 +8,6 @@ import (
 	"time"
 )
 
-// arrayCollector gathers the elements of each array the fake upstream
-// receives and calls done once an array's last element is in.
-type arrayCollector struct {
-	mu   sync.Mutex
-	got  map[int][]fakeReq // by frame number
-	done func(fc *fakeConn, elems []fakeReq)
-}
-
-func (a *arrayCollector) handle(fc *fakeConn, r fakeReq) {
-	if r.Array == 0 {
-		fc.Answer(r)
-		return
-	}
-	a.mu.Lock()
-	if a.got == nil {
-		a.got = map[int][]fakeReq{}
-	}
-	a.got[r.Frame] = append(a.got[r.Frame], r)
-	elems := a.got[r.Frame]
-	a.mu.Unlock()
-	if r.Index == r.Array-1 {
-		a.done(fc, elems)
-	}
-}
-
 // calls are the elements with an id.
 func calls(elems []fakeReq) []fakeReq {
 	var out []fakeReq
@@ -42,14 +17,6 @@ func calls(elems []fakeReq) []fakeReq {
 		}
 	}
 	return out
-}
-
-func arrayOf(frames ...[]byte) []byte {
-	parts := make([]string, len(frames))
-	for i, f := range frames {
-		parts[i] = string(f)
-	}
-	return []byte("[" + strings.Join(parts, ",") + "]")
 }
 
 // wantFourElementEchoes checks the answers to fourElementBatch: each of its
@@ -83,15 +50,14 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("answered as one reversed array", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			cs := calls(elems)
 			var answers [][]byte
 			for i := len(cs) - 1; i >= 0; i-- {
 				answers = append(answers, echo(cs[i]))
 			}
-			fc.Send(arrayOf(answers...))
-		}}
-		h.fake.SetHandler(col.handle)
+			fc.Send(arrayFrame(answers))
+		})
 		c := h.dial(t)
 		got := parseBatch(t, c.call(fourElementBatch))
 		if len(got) != 3 {
@@ -114,10 +80,9 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("batch too large", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
-			fc.Send(arrayOf([]byte(`{"jsonrpc":"2.0","id":` + string(calls(elems)[0].ID) + `,"error":{"code":-32600,"message":"batch too large","data":{"limit":2}}}`)))
-		}}
-		h.fake.SetHandler(col.handle)
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
+			fc.Send(arrayFrame([][]byte{[]byte(`{"jsonrpc":"2.0","id":` + string(calls(elems)[0].ID) + `,"error":{"code":-32600,"message":"batch too large","data":{"limit":2}}}`)}))
+		})
 		c := h.dial(t)
 		got := parseBatch(t, c.call(fourElementBatch))
 		if len(got) != 3 {
@@ -146,14 +111,13 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("arrays of one, first an error", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			cs := calls(elems)
-			fc.Send(arrayOf(errorFrame(cs[0].ID, 3, "execution reverted")))
+			fc.Send(arrayFrame([][]byte{errorFrame(cs[0].ID, 3, "execution reverted")}))
 			for _, r := range cs[1:] {
-				fc.Send(arrayOf(echo(r)))
+				fc.Send(arrayFrame([][]byte{echo(r)}))
 			}
-		}}
-		h.fake.SetHandler(col.handle)
+		})
 		c := h.dial(t)
 		got := batchByID(t, c.call(fourElementBatch))
 		wantError(t, got[`1`], `1`, 3, "execution reverted")
@@ -169,10 +133,9 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("lone id null", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.RequestTimeout = 500 * time.Millisecond }})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			fc.Send([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid batch"}}`))
-		}}
-		h.fake.SetHandler(col.handle)
+		})
 		c, other := h.dial(t), h.dial(t)
 		c.send(fourElementBatch)
 		wantEcho(t, parseResp(t, other.call(`{"jsonrpc":"2.0","id":7,"method":"eth_o","params":[7]}`)), `7`, "eth_o", `[7]`)
@@ -193,11 +156,10 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("repeated id in the array", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.RequestTimeout = 500 * time.Millisecond }})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			cs := calls(elems)
-			fc.Send(arrayOf(echo(cs[0]), echo(cs[0]), echo(cs[2])))
-		}}
-		h.fake.SetHandler(col.handle)
+			fc.Send(arrayFrame([][]byte{echo(cs[0]), echo(cs[0]), echo(cs[2])}))
+		})
 		c := h.dial(t)
 		got := batchByID(t, c.call(fourElementBatch))
 		wantEcho(t, got[`1`], `1`, "eth_a", `["a"]`)
@@ -296,7 +258,7 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("dropped in flight", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			if fc.N == 1 {
 				fc.Drop()
 				return
@@ -304,8 +266,7 @@ func TestUpstreamArrays(t *testing.T) {
 			for _, r := range calls(elems) {
 				fc.Answer(r)
 			}
-		}}
-		h.fake.SetHandler(col.handle)
+		})
 		c := h.dial(t)
 		c.send(`[
 			{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[1]},
