@@ -24,6 +24,7 @@ var (
 	resultFrame     = testnode.ResultFrame
 	errorFrame      = testnode.ErrorFrame
 	pushFrame       = testnode.PushFrame
+	arrayFrame      = testnode.ArrayFrame
 	// eventually polls; it is only for muxd's internal state (its tables,
 	// its metrics, its sessions), which offers no event to wait on.
 	eventually = testnode.Poll

@@ -99,16 +99,8 @@ func TestHTTPHalfCloseGetsAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			held := make(chan func(), 1)
-			h := newHarness(t, harnessOpts{fake: func(f *fakeUpstream) {
-				f.SetHandler(func(fc *fakeConn, r fakeReq) {
-					if r.Method == "hold" {
-						held <- func() { fc.Answer(r) }
-						return
-					}
-					fc.Answer(r)
-				})
-			}})
+			hold := newHolder("hold")
+			h := newHarness(t, harnessOpts{fake: func(f *fakeUpstream) { f.SetHandler(hold.Handle) }})
 			hs, addr := serveListenForTest(t, h)
 			// Learn when net/http has seen the half-close: it cancels the
 			// request's context then.
@@ -134,12 +126,8 @@ func TestHTTPHalfCloseGetsAnswer(t *testing.T) {
 				t.Fatal("net/http never saw the half-close")
 			}
 			if tt.held {
-				select {
-				case answer := <-held:
-					answer()
-				case <-time.After(testTimeout):
-					t.Fatal("the node never got the request")
-				}
+				held := hold.TakeN(t, 1)[0]
+				held.Conn.Answer(held.Req)
 			}
 			res, body := readResponse(t, conn, bufio.NewReader(conn))
 			if res.StatusCode != http.StatusOK {
@@ -399,21 +387,13 @@ func TestHTTPOutOfDescriptorsReclaimsIdle(t *testing.T) {
 // grace period), but does wait for a request received and waiting for its
 // answer, which it gets.
 func TestHTTPShutdownCutsUnfinishedRequests(t *testing.T) {
-	held := make(chan func(), 1)
+	hold := newHolder("hold")
 	h := newHarness(t, harnessOpts{
 		cfg: func(c *Config) {
 			c.HTTPReadHeaderTimeout = time.Hour
 			c.HTTPReadTimeout = time.Hour
 		},
-		fake: func(f *fakeUpstream) {
-			f.SetHandler(func(fc *fakeConn, r fakeReq) {
-				if r.Method == "hold" {
-					held <- func() { fc.Answer(r) }
-					return
-				}
-				fc.Answer(r)
-			})
-		},
+		fake: func(f *fakeUpstream) { f.SetHandler(hold.Handle) },
 	})
 	hs, addr := serveListenForTest(t, h)
 	handling := make(chan struct{}, 2)
@@ -429,12 +409,7 @@ func TestHTTPShutdownCutsUnfinishedRequests(t *testing.T) {
 	io.WriteString(headers, "POST / HTTP/1.1\r\nHost: localhost\r\n")
 	io.WriteString(body, rawPost(`{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`)[:110])
 	io.WriteString(waiting, rawPost(`{"jsonrpc":"2.0","id":"w","method":"hold"}`))
-	var answer func()
-	select {
-	case answer = <-held:
-	case <-time.After(testTimeout):
-		t.Fatal("the node never got the request")
-	}
+	held := hold.TakeN(t, 1)[0]
 	eventually(t, "four connections", func() bool { return hs.OpenConnections() == 4 })
 	for range 2 { // the unfinished body's request is being handled too
 		select {
@@ -458,7 +433,7 @@ func TestHTTPShutdownCutsUnfinishedRequests(t *testing.T) {
 		t.Fatalf("Shutdown returned (%v) with a request waiting for its answer", err)
 	default:
 	}
-	answer()
+	held.Conn.Answer(held.Req)
 	res, b := readResponse(t, waiting, bufio.NewReader(waiting))
 	if r := parseResp(t, b); res.StatusCode != http.StatusOK || compact(r.ID) != `"w"` || r.Error != nil {
 		t.Fatalf("status %d, answer %s", res.StatusCode, b)

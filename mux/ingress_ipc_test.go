@@ -19,12 +19,29 @@ import (
 // returns its path; the listener is closed at cleanup.
 func serveIPCForTest(t *testing.T, srv *Server) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "muxipc") // t.TempDir can exceed sun_path's 108 bytes
+	path := IPCPathForTest(t)
+	ServeIPCAtForTest(t, srv, path)
+	return path
+}
+
+// IPCPathForTest returns a socket path in a fresh directory removed at
+// cleanup. t.TempDir is not used: its paths can exceed sun_path's 108
+// bytes. Exported, as ServeIPCAtForTest, for ingress_test.go (package
+// mux_test).
+func IPCPathForTest(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "muxipc")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "muxd.ipc")
+	return filepath.Join(dir, "muxd.ipc")
+}
+
+// ServeIPCAtForTest serves srv's IPC ingress on a socket at path; the
+// listener is closed at cleanup, and ServeIPC must then return nil.
+func ServeIPCAtForTest(t *testing.T, srv *Server, path string) {
+	t.Helper()
 	ln, err := ListenIPC(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +54,6 @@ func serveIPCForTest(t *testing.T, srv *Server) string {
 			t.Errorf("ServeIPC: %v", err)
 		}
 	})
-	return path
 }
 
 // readIPCUntilEOF reads newline-separated answers until the server closes

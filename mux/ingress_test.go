@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -280,37 +279,11 @@ func TestIngressWebSocketOrigin(t *testing.T) {
 	}
 }
 
-// ingIPCPath is a short socket path (sun_path is limited to 108 bytes).
-func ingIPCPath(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "ingipc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "muxd.ipc")
-}
-
-func ingServeIPC(t *testing.T, srv *mux.Server, path string) {
-	t.Helper()
-	ln, err := mux.ListenIPC(path, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeIPC(ln) }()
-	t.Cleanup(func() {
-		ln.Close()
-		if err := <-done; err != nil {
-			t.Errorf("ServeIPC: %v", err)
-		}
-	})
-}
-
 func TestIngressIPCClient(t *testing.T) {
 	up := ingNewUpstream(t)
 	srv := ingServer(t, up, nil, nil)
-	path := ingIPCPath(t)
-	ingServeIPC(t, srv, path)
+	path := mux.IPCPathForTest(t)
+	mux.ServeIPCAtForTest(t, srv, path)
 
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -349,7 +322,7 @@ func TestIngressIPCClient(t *testing.T) {
 
 func TestIngressIPCListen(t *testing.T) {
 	t.Run("stale socket replaced", func(t *testing.T) {
-		path := ingIPCPath(t)
+		path := mux.IPCPathForTest(t)
 		old, err := net.Listen("unix", path)
 		if err != nil {
 			t.Fatal(err)
@@ -366,7 +339,7 @@ func TestIngressIPCListen(t *testing.T) {
 		ln.Close()
 	})
 	t.Run("live socket kept", func(t *testing.T) {
-		path := ingIPCPath(t)
+		path := mux.IPCPathForTest(t)
 		live, err := mux.ListenIPC(path, 0o600)
 		if err != nil {
 			t.Fatal(err)
@@ -383,7 +356,7 @@ func TestIngressIPCListen(t *testing.T) {
 		}
 	})
 	t.Run("regular file kept", func(t *testing.T) {
-		path := ingIPCPath(t)
+		path := mux.IPCPathForTest(t)
 		if err := os.WriteFile(path, []byte("data"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -393,7 +366,7 @@ func TestIngressIPCListen(t *testing.T) {
 		}
 	})
 	t.Run("mode", func(t *testing.T) {
-		path := ingIPCPath(t)
+		path := mux.IPCPathForTest(t)
 		ln, err := mux.ListenIPC(path, 0o660)
 		if err != nil {
 			t.Fatal(err)
@@ -413,8 +386,8 @@ func TestIngressIPCMalformed(t *testing.T) {
 	hold := testnode.NewHolder("slow")
 	up.SetHandler(hold.Handle)
 	srv := ingServer(t, up, nil, nil)
-	path := ingIPCPath(t)
-	ingServeIPC(t, srv, path)
+	path := mux.IPCPathForTest(t)
+	mux.ServeIPCAtForTest(t, srv, path)
 
 	conn, err := net.Dial("unix", path)
 	if err != nil {

@@ -34,6 +34,16 @@ func largeResult(upID []byte, frameLen int) string {
 // upstream id) and records the result sent, by client request id order.
 type largeHandler struct{ results chan string }
 
+// newLargeHarness returns a harness, with cfg applied (if not nil), whose
+// node answers eth_large through a largeHandler that records up to results
+// answers unread.
+func newLargeHarness(t *testing.T, results int, cfg func(*Config)) (*harness, *largeHandler) {
+	lh := &largeHandler{results: make(chan string, results)}
+	h := newHarness(t, harnessOpts{cfg: cfg})
+	h.fake.SetHandler(lh.handle)
+	return h, lh
+}
+
 func (l *largeHandler) handle(fc *fakeConn, r fakeReq) {
 	if r.Method != "eth_large" {
 		fc.Answer(r)
@@ -55,9 +65,7 @@ func (l *largeHandler) handle(fc *fakeConn, r fakeReq) {
 func TestLargeAnswersSpliced(t *testing.T) {
 	t.Parallel()
 	const readLimit = 5<<20 + 123
-	lh := &largeHandler{results: make(chan string, 1)}
-	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.UpstreamReadLimit = readLimit }})
-	h.fake.SetHandler(lh.handle)
+	h, lh := newLargeHarness(t, 1, func(c *Config) { c.UpstreamReadLimit = readLimit })
 	c := h.dial(t)
 	longID := `"` + strings.Repeat("i", 2*frameHeadroom) + `"`
 	ids := []string{`7`, `"client-id-longer-than-any-upstream-id-0123456789"`, longID}
@@ -104,9 +112,7 @@ func TestLargeAnswersSpliced(t *testing.T) {
 // the pool once written.
 func TestLargeAnswerHTTP(t *testing.T) {
 	t.Parallel()
-	lh := &largeHandler{results: make(chan string, 1)}
-	h := newHarness(t, harnessOpts{})
-	h.fake.SetHandler(lh.handle)
+	h, lh := newLargeHarness(t, 1, nil)
 	front := httptest.NewServer(h.srv)
 	t.Cleanup(front.Close)
 	resp, err := http.Post(front.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":"h","method":"eth_large","params":[1048576]}`))
@@ -132,9 +138,7 @@ func TestLargeAnswerHTTP(t *testing.T) {
 func TestLargeAnswerPastReadLimit(t *testing.T) {
 	t.Parallel()
 	const readLimit = 1<<20 + 7
-	lh := &largeHandler{results: make(chan string, 2)}
-	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.UpstreamReadLimit = readLimit }})
-	h.fake.SetHandler(lh.handle)
+	h, lh := newLargeHarness(t, 2, func(c *Config) { c.UpstreamReadLimit = readLimit })
 	c := h.dial(t)
 	wantError(t, parseResp(t, c.call(`{"jsonrpc":"2.0","id":1,"method":"eth_large","params":[`+strconv.Itoa(readLimit+1)+`]}`)), `1`, -32002, "upstream unavailable")
 	h.waitUp(t, true)
@@ -151,9 +155,7 @@ func TestLargeAnswerPastReadLimit(t *testing.T) {
 func TestSlowClientLargeAnswer(t *testing.T) {
 	t.Parallel()
 	const answer = 32e6
-	lh := &largeHandler{results: make(chan string, 64)}
-	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.OutboundQueueBytes = 40 << 20 }})
-	h.fake.SetHandler(lh.handle)
+	h, _ := newLargeHarness(t, 64, func(c *Config) { c.OutboundQueueBytes = 40 << 20 })
 	m := h.srv.Metrics()
 	slow := h.dialSlow(t)
 	good := h.dial(t)

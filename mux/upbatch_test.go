@@ -8,31 +8,6 @@ import (
 	"time"
 )
 
-// arrayCollector gathers the elements of each array the fake upstream
-// receives and calls done once an array's last element is in.
-type arrayCollector struct {
-	mu   sync.Mutex
-	got  map[int][]fakeReq // by frame number
-	done func(fc *fakeConn, elems []fakeReq)
-}
-
-func (a *arrayCollector) handle(fc *fakeConn, r fakeReq) {
-	if r.Array == 0 {
-		fc.Answer(r)
-		return
-	}
-	a.mu.Lock()
-	if a.got == nil {
-		a.got = map[int][]fakeReq{}
-	}
-	a.got[r.Frame] = append(a.got[r.Frame], r)
-	elems := a.got[r.Frame]
-	a.mu.Unlock()
-	if r.Index == r.Array-1 {
-		a.done(fc, elems)
-	}
-}
-
 // calls are the elements with an id.
 func calls(elems []fakeReq) []fakeReq {
 	var out []fakeReq
@@ -42,14 +17,6 @@ func calls(elems []fakeReq) []fakeReq {
 		}
 	}
 	return out
-}
-
-func arrayOf(frames ...[]byte) []byte {
-	parts := make([]string, len(frames))
-	for i, f := range frames {
-		parts[i] = string(f)
-	}
-	return []byte("[" + strings.Join(parts, ",") + "]")
 }
 
 // wantFourElementEchoes checks the answers to fourElementBatch: each of its
@@ -83,15 +50,14 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("answered as one reversed array", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			cs := calls(elems)
 			var answers [][]byte
 			for i := len(cs) - 1; i >= 0; i-- {
 				answers = append(answers, echo(cs[i]))
 			}
-			fc.Send(arrayOf(answers...))
-		}}
-		h.fake.SetHandler(col.handle)
+			fc.Send(arrayFrame(answers))
+		})
 		c := h.dial(t)
 		got := parseBatch(t, c.call(fourElementBatch))
 		if len(got) != 3 {
@@ -114,10 +80,9 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("batch too large", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
-			fc.Send(arrayOf([]byte(`{"jsonrpc":"2.0","id":` + string(calls(elems)[0].ID) + `,"error":{"code":-32600,"message":"batch too large","data":{"limit":2}}}`)))
-		}}
-		h.fake.SetHandler(col.handle)
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
+			fc.Send(arrayFrame([][]byte{[]byte(`{"jsonrpc":"2.0","id":` + string(calls(elems)[0].ID) + `,"error":{"code":-32600,"message":"batch too large","data":{"limit":2}}}`)}))
+		})
 		c := h.dial(t)
 		got := parseBatch(t, c.call(fourElementBatch))
 		if len(got) != 3 {
@@ -146,19 +111,15 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("arrays of one, first an error", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			cs := calls(elems)
-			fc.Send(arrayOf(errorFrame(cs[0].ID, 3, "execution reverted")))
+			fc.Send(arrayFrame([][]byte{errorFrame(cs[0].ID, 3, "execution reverted")}))
 			for _, r := range cs[1:] {
-				fc.Send(arrayOf(echo(r)))
+				fc.Send(arrayFrame([][]byte{echo(r)}))
 			}
-		}}
-		h.fake.SetHandler(col.handle)
+		})
 		c := h.dial(t)
-		got := map[string]resp{}
-		for _, r := range parseBatch(t, c.call(fourElementBatch)) {
-			got[string(r.ID)] = r
-		}
+		got := batchByID(t, c.call(fourElementBatch))
 		wantError(t, got[`1`], `1`, 3, "execution reverted")
 		wantEcho(t, got[`"x"`], `"x"`, "eth_b", `["b"]`)
 		wantEcho(t, got[`3`], `3`, "eth_c", `["c"]`)
@@ -172,10 +133,9 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("lone id null", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.RequestTimeout = 500 * time.Millisecond }})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			fc.Send([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid batch"}}`))
-		}}
-		h.fake.SetHandler(col.handle)
+		})
 		c, other := h.dial(t), h.dial(t)
 		c.send(fourElementBatch)
 		wantEcho(t, parseResp(t, other.call(`{"jsonrpc":"2.0","id":7,"method":"eth_o","params":[7]}`)), `7`, "eth_o", `[7]`)
@@ -196,16 +156,12 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("repeated id in the array", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.RequestTimeout = 500 * time.Millisecond }})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			cs := calls(elems)
-			fc.Send(arrayOf(echo(cs[0]), echo(cs[0]), echo(cs[2])))
-		}}
-		h.fake.SetHandler(col.handle)
+			fc.Send(arrayFrame([][]byte{echo(cs[0]), echo(cs[0]), echo(cs[2])}))
+		})
 		c := h.dial(t)
-		got := map[string]resp{}
-		for _, r := range parseBatch(t, c.call(fourElementBatch)) {
-			got[string(r.ID)] = r
-		}
+		got := batchByID(t, c.call(fourElementBatch))
 		wantEcho(t, got[`1`], `1`, "eth_a", `["a"]`)
 		wantError(t, got[`"x"`], `"x"`, -32002, "request timed out")
 		wantEcho(t, got[`3`], `3`, "eth_c", `["c"]`)
@@ -302,7 +258,7 @@ func TestUpstreamArrays(t *testing.T) {
 	t.Run("dropped in flight", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, harnessOpts{})
-		col := &arrayCollector{done: func(fc *fakeConn, elems []fakeReq) {
+		h.fake.SetArrayHandler(func(fc *fakeConn, elems []fakeReq) {
 			if fc.N == 1 {
 				fc.Drop()
 				return
@@ -310,18 +266,14 @@ func TestUpstreamArrays(t *testing.T) {
 			for _, r := range calls(elems) {
 				fc.Answer(r)
 			}
-		}}
-		h.fake.SetHandler(col.handle)
+		})
 		c := h.dial(t)
 		c.send(`[
 			{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[1]},
 			{"jsonrpc":"2.0","id":2,"method":"eth_sendRawTransaction","params":[2]},
 			{"jsonrpc":"2.0","id":3,"method":"eth_blockNumber","params":[3]}
 		]`)
-		got := map[string]resp{}
-		for _, r := range parseBatch(t, c.recv()) {
-			got[string(r.ID)] = r
-		}
+		got := batchByID(t, c.recv())
 		wantEcho(t, got[`1`], `1`, "eth_chainId", `[1]`)
 		wantError(t, got[`2`], `2`, -32002, "upstream unavailable")
 		wantEcho(t, got[`3`], `3`, "eth_blockNumber", `[3]`)
@@ -346,4 +298,15 @@ func describe(reqs []fakeReq) string {
 		parts = append(parts, r.Method+"@"+string(r.ID)+"/"+jsonOf([]int{r.Frame, r.Index, r.Array}))
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// batchByID decodes a frame that must be a JSON array of answers, keyed
+// by their ids as written.
+func batchByID(t *testing.T, b []byte) map[string]resp {
+	t.Helper()
+	got := map[string]resp{}
+	for _, r := range parseBatch(t, b) {
+		got[string(r.ID)] = r
+	}
+	return got
 }

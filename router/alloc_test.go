@@ -58,6 +58,15 @@ func TestAllocsScan(t *testing.T) {
 	})
 }
 
+// TestAllocsCallKey: CallKey's only allocation for params already in key
+// order is the key itself; its working buffer stays on the stack.
+func TestAllocsCallKey(t *testing.T) {
+	params := []byte(`[{"data":"0x1234","to":"0xabc"},"latest"]`)
+	if n := testing.AllocsPerRun(1000, func() { CallKey("eth_call", params) }); n != 1 {
+		t.Errorf("CallKey: %v allocations per run, want 1 (the key)", n)
+	}
+}
+
 func TestAllocsSplice(t *testing.T) {
 	frame := []byte(newHeadsPush)
 	f, err := ScanUpstream(frame, nil)

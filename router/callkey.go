@@ -40,18 +40,15 @@ type canonicalMember struct{ key, whole Span }
 
 // appendCanonical appends the JSON value at b[i:] to dst without
 // whitespace and with object members in key order, and returns dst and the
-// index after the value.
+// index after the value. Arrays and objects are handled here rather than
+// in functions of their own so that the recursion stays within one
+// function: a slice that passes through the results of mutually recursive
+// functions escapes to the heap, and CallKey's stack buffer with it.
 func appendCanonical(dst, b []byte, i, depth int) ([]byte, int, error) {
 	if i >= len(b) || depth > maxCanonicalDepth {
 		return dst, i, ErrCallParams
 	}
 	switch b[i] {
-	case '"':
-		end, err := skipString(b, i)
-		if err != nil {
-			return dst, i, ErrCallParams
-		}
-		return append(dst, b[i:end]...), end, nil
 	case '[':
 		dst = append(dst, '[')
 		i = skipSpace(b, i+1)
@@ -78,75 +75,62 @@ func appendCanonical(dst, b []byte, i, depth int) ([]byte, int, error) {
 			}
 		}
 	case '{':
-		return appendCanonicalObject(dst, b, i, depth)
+		base := len(dst)
+		dst = append(dst, '{')
+		var local [8]canonicalMember
+		members := local[:0]
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return append(dst, '}'), i + 1, nil
+		}
+		for {
+			if len(members) > 0 {
+				dst = append(dst, ',')
+			}
+			start := len(dst)
+			if i >= len(b) || b[i] != '"' {
+				return dst, i, ErrCallParams
+			}
+			end, err := skipString(b, i)
+			if err != nil {
+				return dst, i, ErrCallParams
+			}
+			dst = append(dst, b[i:end]...)
+			key := Span{start, len(dst) - start}
+			i = skipSpace(b, end)
+			if i >= len(b) || b[i] != ':' {
+				return dst, i, ErrCallParams
+			}
+			dst = append(dst, ':')
+			if dst, i, err = appendCanonical(dst, b, skipSpace(b, i+1), depth+1); err != nil {
+				return dst, i, err
+			}
+			members = append(members, canonicalMember{key, Span{start, len(dst) - start}})
+			i = skipSpace(b, i)
+			if i >= len(b) {
+				return dst, i, ErrCallParams
+			}
+			if b[i] == '}' {
+				break
+			}
+			if b[i] != ',' {
+				return dst, i, ErrCallParams
+			}
+			i = skipSpace(b, i+1)
+		}
+		return appendSorted(dst, base, members), i + 1, nil
 	}
-	// A number or a literal, as written.
-	var (
-		end int
-		err error
-	)
-	switch b[i] {
-	case 't':
-		end, err = skipLiteral(b, i, "true")
-	case 'f':
-		end, err = skipLiteral(b, i, "false")
-	case 'n':
-		end, err = skipLiteral(b, i, "null")
-	default:
-		end, err = skipNumber(b, i)
-	}
+	// A string, number or literal, as written.
+	end, err := skipValue(b, i, depth)
 	if err != nil {
 		return dst, i, ErrCallParams
 	}
 	return append(dst, b[i:end]...), end, nil
 }
 
-// appendCanonicalObject is appendCanonical for the object at b[i].
-func appendCanonicalObject(dst, b []byte, i, depth int) ([]byte, int, error) {
-	base := len(dst)
-	dst = append(dst, '{')
-	var local [8]canonicalMember
-	members := local[:0]
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return append(dst, '}'), i + 1, nil
-	}
-	for {
-		if len(members) > 0 {
-			dst = append(dst, ',')
-		}
-		start := len(dst)
-		if i >= len(b) || b[i] != '"' {
-			return dst, i, ErrCallParams
-		}
-		end, err := skipString(b, i)
-		if err != nil {
-			return dst, i, ErrCallParams
-		}
-		dst = append(dst, b[i:end]...)
-		key := Span{start, len(dst) - start}
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return dst, i, ErrCallParams
-		}
-		dst = append(dst, ':')
-		if dst, i, err = appendCanonical(dst, b, skipSpace(b, i+1), depth+1); err != nil {
-			return dst, i, err
-		}
-		members = append(members, canonicalMember{key, Span{start, len(dst) - start}})
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return dst, i, ErrCallParams
-		}
-		if b[i] == '}' {
-			break
-		}
-		if b[i] != ',' {
-			return dst, i, ErrCallParams
-		}
-		i = skipSpace(b, i+1)
-	}
-	i++ // '}'
+// appendSorted closes the object whose "{" is dst[base] and whose members
+// follow it, laid out as members records, with the members in key order.
+func appendSorted(dst []byte, base int, members []canonicalMember) []byte {
 	sorted := slices.IsSortedFunc(members, func(x, y canonicalMember) int {
 		return bytes.Compare(x.key.In(dst), y.key.In(dst))
 	})
@@ -168,5 +152,5 @@ func appendCanonicalObject(dst, b []byte, i, depth int) ([]byte, int, error) {
 			dst = append(dst, m.whole.In(region)...)
 		}
 	}
-	return append(dst, '}'), i, nil
+	return append(dst, '}')
 }

@@ -31,23 +31,19 @@ func ScanResponseHead(frame []byte) (m Message, ok bool) {
 			return Message{}, false
 		}
 		vstart := it.i
-		switch memberOf(key) {
-		case memVersion:
-			if m.Version.Present() {
+		switch mem := memberOf(key); mem {
+		case memVersion, memID:
+			dst := &m.ID
+			if mem == memVersion {
+				dst = &m.Version
+			}
+			if dst.Present() {
 				return Message{}, false
 			}
 			if it.i, err = skipValue(b[:end], vstart, 1); err != nil {
 				return Message{}, false
 			}
-			m.Version = Span{vstart, it.i - vstart}
-		case memID:
-			if m.ID.Present() {
-				return Message{}, false
-			}
-			if it.i, err = skipValue(b[:end], vstart, 1); err != nil {
-				return Message{}, false
-			}
-			m.ID = Span{vstart, it.i - vstart}
+			*dst = Span{vstart, it.i - vstart}
 		case memResult:
 			rend := end - 1 // the closing brace
 			for rend > vstart && isSpace(b[rend-1]) {

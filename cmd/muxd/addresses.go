@@ -25,16 +25,14 @@ import (
 // nothing is. It names what was given in redacted form and what is accepted.
 func upstreamProblem(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || u.Host == "" {
+		// A host:port without a scheme does not parse, or parses with no
+		// host ("localhost:8546" has scheme "localhost").
 		if guess := withWSScheme(raw); guess != "" && !strings.Contains(raw, "://") {
 			return fmt.Sprintf("has no scheme: did you mean %s? (ws:// or wss:// for TLS; the rest of the URL is not shown)", guess)
 		}
-		return fmt.Sprintf("not a URL: %s (the URL is not shown: it may hold credentials)", urlProblem(raw))
-	}
-	if u.Host == "" {
-		// "localhost:8546" parses as scheme "localhost".
-		if guess := withWSScheme(raw); guess != "" && !strings.Contains(raw, "://") {
-			return fmt.Sprintf("has no scheme: did you mean %s? (ws:// or wss:// for TLS; the rest of the URL is not shown)", guess)
+		if err != nil {
+			return fmt.Sprintf("not a URL: %s (the URL is not shown: it may hold credentials)", urlProblem(raw))
 		}
 		return "must be a ws:// or wss:// URL with a host, as in wss://node.example/KEY (the value is not shown: it may hold credentials)"
 	}
