@@ -226,6 +226,10 @@ func (s *Server) failAll(e router.RPCError) int {
 	return n
 }
 
+// AnswerFlush is how long Shutdown gives a client to take its last
+// answers before its connection is cut.
+const AnswerFlush = time.Second
+
 // Shutdown stops taking new sessions, waits until every request in flight
 // has been answered or ctx is done (then answers the rest with -32002
 // "upstream unavailable", reason "shutdown"), and closes every client with
@@ -257,11 +261,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.peersMu.RUnlock()
 	// Each client is closed with 1001 once what is queued for it has been
-	// written; a client that does not take it within a second is cut.
+	// written; a client that does not take it within AnswerFlush is cut.
 	for _, c := range clients {
 		c.finish(closeGoingAway, "shutdown")
 	}
-	flush := time.NewTimer(time.Second)
+	flush := time.NewTimer(AnswerFlush)
 	defer flush.Stop()
 	for _, c := range clients {
 		select {

@@ -15,7 +15,7 @@ import (
 // answers once every request has one, before their connections are closed:
 // the same bound mux.Server gives a WebSocket or IPC client to take its last
 // answers.
-const httpAnswerFlush = time.Second
+const httpAnswerFlush = mux.AnswerFlush
 
 // shutdownClients is the order of a graceful shutdown, after which only the
 // upstream (Run's context) and the metrics listener are left:
