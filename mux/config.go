@@ -26,6 +26,9 @@ const (
 	DefaultUpstreamWait       = 5 * time.Second
 	DefaultBackfillBlocks     = 128
 	DefaultCacheBytes         = 64 << 20
+	DefaultMaxHeadLag         = 2
+	DefaultHeadTimeout        = 60 * time.Second
+	DefaultFailbackAfter      = 30 * time.Second
 )
 
 // DefaultRetryMethods and DefaultDenyMethods are the routing core's (see
@@ -39,7 +42,24 @@ var (
 // Config configures a Server. The zero value of every field but Upstream (or
 // Dial) means its default.
 type Config struct {
-	// Upstream is the node's WebSocket URL (ws:// or wss://).
+	// Upstreams are the nodes, most preferred first. Exactly one is active
+	// at a time and carries client traffic; the others are standbys kept
+	// connected for failover (see failover.go). Empty: the one upstream
+	// given by Upstream, UpstreamHeader and Dial.
+	Upstreams []Upstream
+	// MaxHeadLag is how many blocks an upstream's head may be behind the
+	// best head seen and still be healthy (0: DefaultMaxHeadLag).
+	MaxHeadLag int
+	// HeadTimeout is how long an upstream may go without a new head and
+	// still be healthy (0: DefaultHeadTimeout).
+	HeadTimeout time.Duration
+	// FailbackAfter is how long the preferred upstream must have been
+	// healthy before muxd moves back to it (0: DefaultFailbackAfter;
+	// negative: never).
+	FailbackAfter time.Duration
+
+	// Upstream is the node's WebSocket URL (ws:// or wss://), when
+	// Upstreams is empty.
 	Upstream string
 	// UpstreamHeader is sent with the upstream handshake (Authorization…).
 	// It is never logged.
@@ -140,6 +160,19 @@ type Config struct {
 	// (cache_bytes). 0 means DefaultCacheBytes; negative turns the cache
 	// off.
 	CacheBytes int
+}
+
+// Upstream is one node muxd may use.
+type Upstream struct {
+	// URL is the node's WebSocket URL (ws:// or wss://). It is logged only
+	// redacted (reconnect.Redact), and the upstream is otherwise named by
+	// its index in Config.Upstreams.
+	URL string
+	// Header is sent with this upstream's handshake (Authorization…).
+	// It is never logged.
+	Header http.Header
+	// Dial replaces the dialer built from URL; tests inject one.
+	Dial reconnect.DialFunc
 }
 
 func (c Config) withDefaults() Config {
