@@ -41,7 +41,7 @@ type Server struct {
 	sel  *failover.Selector // guarded by mu: which upstream is active
 	up   *upstreamConn      // guarded by mu: the active connection; nil while none
 	gens uint64             // guarded by mu: connections made active so far
-	idle chan struct{} // guarded by mu: closed when nothing is owed during shutdown
+	idle chan struct{}      // guarded by mu: closed when nothing is owed during shutdown
 	// upChanged is closed and replaced whenever up changes (for waiters);
 	// guarded by mu.
 	upChanged chan struct{}
