@@ -29,7 +29,7 @@ import (
 // upstreamNode is one configured upstream.
 type upstreamNode struct {
 	index int
-	label string // its index, as metrics and logs name it
+	label string // its number, as metrics and logs name it: index+1
 	host  string // its redacted URL, for logs
 	sup   *reconnect.Supervisor
 	// conn is its live connection, nil while it is down; guarded by
@@ -60,7 +60,7 @@ func newNodes(cfg Config, onDialError func(*upstreamNode)) []*upstreamNode {
 	}
 	nodes := make([]*upstreamNode, len(ups))
 	for i, up := range ups {
-		n := &upstreamNode{index: i, label: strconv.Itoa(i), host: reconnect.Redact(up.URL)}
+		n := &upstreamNode{index: i, label: strconv.Itoa(i + 1), host: reconnect.Redact(up.URL)}
 		dial := up.Dial
 		if dial == nil {
 			dial = reconnect.WebSocketDialer(up.URL, up.Header, cfg.UpstreamReadLimit)
@@ -70,12 +70,20 @@ func newNodes(cfg Config, onDialError func(*upstreamNode)) []*upstreamNode {
 			NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),
 			PingInterval: cfg.PingInterval,
 			PingTimeout:  cfg.PingTimeout,
-			Logger:       cfg.Logger.With("upstream", i),
+			Logger:       cfg.Logger.With("upstream", n.label),
 			OnDialError:  func(error, time.Duration) { onDialError(n) },
 		})
 		nodes[i] = n
 	}
 	return nodes
+}
+
+// nodeLabel names upstream index i for logs ("none" for -1).
+func (s *Server) nodeLabel(i int) string {
+	if i < 0 || i >= len(s.nodes) {
+		return "none"
+	}
+	return s.nodes[i].label
 }
 
 // multi reports whether there is more than one upstream, and so health
@@ -139,7 +147,7 @@ func (s *Server) decideLocked(now time.Time) *switchover {
 		s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
 	}
 	if to == nil {
-		s.log.Warn("no upstream to make active", "from", sw.From, "reason", sw.Reason.String())
+		s.log.Warn("no upstream to make active", "from", s.nodeLabel(sw.From), "reason", sw.Reason.String())
 		return nil
 	}
 	eff := new(core.Effects)
@@ -156,7 +164,7 @@ func (s *Server) decideLocked(now time.Time) *switchover {
 	}
 	s.setUp(to)
 	if s.multi() {
-		s.log.Info("upstream active", "upstream", sw.To, "host", to.node.host, "from", sw.From, "reason", sw.Reason.String())
+		s.log.Info("upstream active", "upstream", to.node.label, "host", to.node.host, "from", s.nodeLabel(sw.From), "reason", sw.Reason.String())
 	}
 	return &switchover{eff, to}
 }
@@ -207,7 +215,7 @@ func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
 			if m.Result.Present() {
 				u.healthSub = string(m.Result.In(frame))
 			} else {
-				s.log.Warn("upstream refused muxd's newHeads subscription: its head is unknown", "upstream", u.node.index)
+				s.log.Warn("upstream refused muxd's newHeads subscription: its head is unknown", "upstream", u.node.label)
 			}
 		default:
 			return false
@@ -243,7 +251,7 @@ func (s *Server) chainIDAnswered(u *upstreamConn, frame []byte, m *router.Messag
 	if !u.demoted && u.node.conn == u {
 		if !s.sel.ChainID(u.node.index, id, now) {
 			s.metrics.ChainMismatches.WithLabelValues(u.node.label).Inc()
-			s.log.Error("upstream is on another chain (or did not say): it is never used", "upstream", u.node.index, "host", u.node.host, "chain_id", id)
+			s.log.Error("upstream is on another chain (or did not say): it is never used", "upstream", u.node.label, "host", u.node.host, "chain_id", id)
 		}
 		sw = s.decideLocked(now)
 	}

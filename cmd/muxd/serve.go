@@ -244,11 +244,6 @@ func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Con
 		Logger:                log,
 		Registerer:            reg,
 	}
-	if len(mc.Upstreams) > 0 {
-		// Upstream 1 again, for a mux that reads only Upstream; one that
-		// reads Upstreams ignores these.
-		mc.Upstream, mc.UpstreamHeader = mc.Upstreams[0].URL, mc.Upstreams[0].Header
-	}
 	return mc
 }
 

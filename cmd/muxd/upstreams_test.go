@@ -108,11 +108,6 @@ upstream_headers = {Authorization = "Bearer all"}
 			if got := muxUps(t, mc.Upstreams); !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("mux gets upstreams %v, want %v", got, tt.want)
 			}
-			// Upstream 1 also as the single upstream, for a mux that
-			// reads only that.
-			if mc.Upstream != tt.want[0].url || mc.UpstreamHeader.Get("Authorization") != tt.want[0].auth {
-				t.Errorf("mux.Config.Upstream %q with Authorization %q, want upstream 1", mc.Upstream, mc.UpstreamHeader.Get("Authorization"))
-			}
 		})
 	}
 }
