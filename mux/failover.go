@@ -53,7 +53,7 @@ const (
 const healthTick = time.Second
 
 // newNodes builds the upstreams of cfg, most preferred first.
-func newNodes(cfg Config, onDialError func(*upstreamNode)) []*upstreamNode {
+func newNodes(cfg Config) []*upstreamNode {
 	ups := cfg.Upstreams
 	if len(ups) == 0 {
 		ups = []Upstream{{URL: cfg.Upstream, Header: cfg.UpstreamHeader, Dial: cfg.Dial}}
@@ -71,7 +71,6 @@ func newNodes(cfg Config, onDialError func(*upstreamNode)) []*upstreamNode {
 			PingInterval: cfg.PingInterval,
 			PingTimeout:  cfg.PingTimeout,
 			Logger:       cfg.Logger.With("upstream", n.label),
-			OnDialError:  func(error, time.Duration) { onDialError(n) },
 		})
 		nodes[i] = n
 	}
@@ -147,7 +146,9 @@ func (s *Server) decideLocked(now time.Time) *switchover {
 		s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
 	}
 	if to == nil {
-		s.log.Warn("no upstream to make active", "from", s.nodeLabel(sw.From), "reason", sw.Reason.String())
+		if s.multi() {
+			s.log.Warn("no upstream to make active", "from", s.nodeLabel(sw.From), "reason", sw.Reason.String())
+		}
 		return nil
 	}
 	eff := new(core.Effects)

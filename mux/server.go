@@ -107,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
-	s.nodes = newNodes(cfg, func(*upstreamNode) {})
+	s.nodes = newNodes(cfg)
 	failback := cfg.FailbackAfter
 	if failback < 0 {
 		failback = 0 // never
