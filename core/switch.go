@@ -20,7 +20,7 @@ import (
 //
 // The old connection drains: its pushes are ignored (the subscriptions now
 // live on the new one), answers to the requests left to it are delivered,
-// anything else it sends is dropped. Once it owes nothing the core asks
+// and answers to what moved are ignored without being counted as drops. Once it owes nothing the core asks
 // the shell to close it (Effects.Close). At most one connection drains: a
 // second switch fails what the first left, as its loss would.
 
