@@ -20,6 +20,9 @@ type Config struct {
 	// FailbackAfter is how long the preferred upstream must have been
 	// healthy before it is made active again; <= 0: never.
 	FailbackAfter time.Duration
+	// ChainID, when set, is the chain id (a hex quantity) every upstream
+	// must report; "": the first one reported becomes the reference.
+	ChainID string
 }
 
 // Reason is why the active upstream changed. Its String is the metric
@@ -124,7 +127,15 @@ func New(cfg Config) (*Selector, error) {
 	for i := range ups {
 		ups[i].why = WhyDisconnected
 	}
-	return &Selector{cfg: cfg, ups: ups, active: -1}, nil
+	ref := ""
+	if cfg.ChainID != "" {
+		n, ok := normalizeChainID(cfg.ChainID)
+		if !ok {
+			return nil, fmt.Errorf("failover: chain id %q: not a hex quantity", cfg.ChainID)
+		}
+		ref = n
+	}
+	return &Selector{cfg: cfg, ups: ups, ref: ref, active: -1}, nil
 }
 
 // get returns upstream i, nil when i is out of range.
@@ -147,8 +158,8 @@ func (s *Selector) Connected(i int, now time.Time) {
 	s.observe(now)
 }
 
-// ChainID reports upstream i's answer to eth_chainId. The first id any
-// upstream reports becomes the reference. It returns false when id does not
+// ChainID reports upstream i's answer to eth_chainId. Without
+// Config.ChainID, the first id any upstream reports becomes the reference. It returns false when id does not
 // match the reference (or is not a hex quantity): i is then never eligible
 // while this connection lasts (with a single upstream it does not matter).
 // It also returns false, ignoring the call, when i is out of range or not

@@ -387,6 +387,7 @@ func TestNew(t *testing.T) {
 		{Upstreams: -1, HeadTimeout: time.Second},
 		{Upstreams: 1},
 		{Upstreams: 2, HeadTimeout: -time.Second},
+		{Upstreams: 2, HeadTimeout: time.Second, ChainID: "1"},
 	} {
 		if s, err := New(cfg); err == nil || s != nil {
 			t.Errorf("New(%+v) = %v, %v; want an error", cfg, s, err)
@@ -535,5 +536,25 @@ func TestHealthySinceWithoutDecide(t *testing.T) {
 	}
 	if sw, ok := s.Decide(at(32)); !ok || sw != (Switch{From: 1, To: 0, Reason: ReasonFailback}) {
 		t.Fatalf("Decide at 32 = %v, %v; want 1>0 failback", sw, ok)
+	}
+}
+
+// TestConfiguredChainID: with Config.ChainID set, the first upstream to
+// report is held to it too, instead of setting the reference.
+func TestConfiguredChainID(t *testing.T) {
+	s, err := New(Config{Upstreams: 2, HeadTimeout: time.Minute, ChainID: "0x0539"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Connected(0, t0)
+	s.Connected(1, t0)
+	if s.ChainID(0, `"0x1"`, t0) {
+		t.Error("upstream 0 on chain 0x1 accepted, configured 0x539")
+	}
+	if !s.ChainID(1, `"0x539"`, t0) {
+		t.Error("upstream 1 on chain 0x539 refused")
+	}
+	if sw, ok := s.Decide(t0); !ok || sw.To != 1 {
+		t.Errorf("Decide = %v %v, want upstream 1 active", sw, ok)
 	}
 }

@@ -57,6 +57,10 @@ type Config struct {
 	// healthy before muxd moves back to it (0: DefaultFailbackAfter;
 	// negative: never).
 	FailbackAfter time.Duration
+	// ChainID, when set, is the chain id (hex quantity, e.g. "0x1") every
+	// upstream must report to be used; "": the first one any upstream
+	// reports. Only with several upstreams.
+	ChainID string
 
 	// Upstream is the node's WebSocket URL (ws:// or wss://), when
 	// Upstreams is empty.

@@ -117,6 +117,7 @@ func New(cfg Config) (*Server, error) {
 		MaxHeadLag:    uint64(cfg.MaxHeadLag),
 		HeadTimeout:   cfg.HeadTimeout,
 		FailbackAfter: failback,
+		ChainID:       cfg.ChainID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)

@@ -51,6 +51,7 @@ type Config struct {
 	MaxHeadLag            int               `toml:"max_head_lag"`
 	HeadTimeout           Duration          `toml:"head_timeout"`
 	FailbackAfter         Duration          `toml:"failback_after"`
+	ChainID               string            `toml:"chain_id"`
 	UpstreamReadLimit     int64             `toml:"upstream_read_limit"`
 	PingInterval          Duration          `toml:"ping_interval"`
 	PingTimeout           Duration          `toml:"ping_timeout"`
@@ -245,6 +246,9 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	if c.FailbackAfter.Duration < 0 {
 		add("failback_after: must not be negative (0 never fails back), got %s", c.FailbackAfter.Duration)
 	}
+	if c.ChainID != "" && !validChainID(c.ChainID) {
+		add("chain_id: want a hex quantity such as 0x1, got %q", c.ChainID)
+	}
 	if c.Listen == "" && c.IPC == "" {
 		add("listen, ipc: at least one must be set")
 	}
@@ -334,4 +338,17 @@ func (c *Config) header() http.Header { return toHeader(c.UpstreamHeaders) }
 func (c *Config) ipcMode() os.FileMode {
 	m, _ := strconv.ParseUint(c.IPCMode, 8, 32)
 	return os.FileMode(m)
+}
+
+// validChainID reports whether s is a hex quantity ("0x" and hex digits).
+func validChainID(s string) bool {
+	if len(s) < 3 || (s[:2] != "0x" && s[:2] != "0X") {
+		return false
+	}
+	for _, c := range s[2:] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }

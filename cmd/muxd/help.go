@@ -22,7 +22,7 @@ type optionGroup struct {
 
 // optionGroups lists every Config option once (TestHelpListsEveryOption).
 var optionGroups = []optionGroup{
-	{"Upstream (the nodes)", []string{"upstream", "upstream_headers", "max_head_lag", "head_timeout", "failback_after", "upstream_read_limit", "ping_interval", "ping_timeout", "reconnect_initial", "reconnect_max"}},
+	{"Upstream (the nodes)", []string{"upstream", "upstream_headers", "max_head_lag", "head_timeout", "failback_after", "chain_id", "upstream_read_limit", "ping_interval", "ping_timeout", "reconnect_initial", "reconnect_max"}},
 	{"Listeners (for clients)", []string{"listen", "ipc", "ipc_mode", "ipc_group", "metrics"}},
 	{"Requests", []string{"request_timeout", "upstream_wait", "shutdown_grace", "backfill_blocks"}},
 	{"Coalescing and cache", []string{"coalesce", "coalesce_methods", "cache_bytes"}},
@@ -37,6 +37,7 @@ var optionGroups = []optionGroup{
 var optionHelp = map[string]string{
 	"upstream":                 "node WebSocket URL, ws:// or wss://; repeat for several, most preferred first (or MUXD_UPSTREAM, URLs separated by commas, which keeps keys out of the process list; in the file a string, an array, or tables with each node's own headers)",
 	"upstream_headers":         `header for the handshake of every upstream that has no headers of its own, "Name: value"; repeatable; never logged`,
+	"chain_id":                 "chain id (hex, e.g. 0x1) every upstream must report to be used; default: the first one reported",
 	"max_head_lag":             "most blocks an upstream's head may be behind the best head seen and still be healthy (at least 1)",
 	"head_timeout":             "an upstream with no new head for this long is unhealthy",
 	"failback_after":           "how long the preferred upstream must have been healthy before muxd moves back to it (0: never)",

@@ -213,6 +213,7 @@ func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Con
 		MaxHeadLag:            cfg.MaxHeadLag,
 		HeadTimeout:           cfg.HeadTimeout.Duration,
 		FailbackAfter:         failbackAfter(cfg.FailbackAfter.Duration),
+		ChainID:               cfg.ChainID,
 		UpstreamReadLimit:     cfg.UpstreamReadLimit,
 		PingInterval:          pingInterval(cfg.PingInterval.Duration),
 		PingTimeout:           cfg.PingTimeout.Duration,

@@ -254,19 +254,22 @@ func TestHealthOptions(t *testing.T) {
 		timeout   time.Duration
 		failback  time.Duration
 		wantError string
+		chainID   string
 	}{
-		{"defaults", nil, 2, 60 * time.Second, 30 * time.Second, ""},
-		{"file", []string{"--config", f}, 5, 2 * time.Minute, -1, ""},
-		{"flags over the file", []string{"--config", f, "--max-head-lag", "1", "--head-timeout", "15s", "--failback-after", "5m"}, 1, 15 * time.Second, 5 * time.Minute, ""},
-		{"failback never", []string{"--failback-after", "0"}, 2, 60 * time.Second, -1, ""},
-		{"lag zero", []string{"--max-head-lag", "0"}, 0, 0, 0, "max_head_lag: must be at least 1, got 0"},
-		{"lag negative", []string{"--max-head-lag", "-1"}, 0, 0, 0, "max_head_lag: must be at least 1, got -1"},
-		{"lag not a number", []string{"--max-head-lag", "two"}, 0, 0, 0, `--max-head-lag: "two" is not a whole number`},
-		{"head timeout zero", []string{"--head-timeout", "0s"}, 0, 0, 0, "head_timeout: must be positive, got 0s"},
-		{"head timeout negative", []string{"--head-timeout", "-5s"}, 0, 0, 0, "head_timeout: must be positive, got -5s"},
-		{"failback negative", []string{"--failback-after", "-1s"}, 0, 0, 0, "failback_after: must not be negative (0 never fails back), got -1s"},
-		{"failback not a duration", []string{"--failback-after", "soon"}, 0, 0, 0, `--failback-after: "soon" is not a duration`},
-		{"file value of the wrong type", []string{"--config", writeFile(t, "w.toml", "max_head_lag = \"2\"\n")}, 0, 0, 0, "w.toml: max_head_lag:"},
+		{"defaults", nil, 2, 60 * time.Second, 30 * time.Second, "", ""},
+		{"file", []string{"--config", f}, 5, 2 * time.Minute, -1, "", ""},
+		{"flags over the file", []string{"--config", f, "--max-head-lag", "1", "--head-timeout", "15s", "--failback-after", "5m"}, 1, 15 * time.Second, 5 * time.Minute, "", ""},
+		{"failback never", []string{"--failback-after", "0"}, 2, 60 * time.Second, -1, "", ""},
+		{"lag zero", []string{"--max-head-lag", "0"}, 0, 0, 0, "max_head_lag: must be at least 1, got 0", ""},
+		{"lag negative", []string{"--max-head-lag", "-1"}, 0, 0, 0, "max_head_lag: must be at least 1, got -1", ""},
+		{"lag not a number", []string{"--max-head-lag", "two"}, 0, 0, 0, `--max-head-lag: "two" is not a whole number`, ""},
+		{"head timeout zero", []string{"--head-timeout", "0s"}, 0, 0, 0, "head_timeout: must be positive, got 0s", ""},
+		{"head timeout negative", []string{"--head-timeout", "-5s"}, 0, 0, 0, "head_timeout: must be positive, got -5s", ""},
+		{"failback negative", []string{"--failback-after", "-1s"}, 0, 0, 0, "failback_after: must not be negative (0 never fails back), got -1s", ""},
+		{"failback not a duration", []string{"--failback-after", "soon"}, 0, 0, 0, `--failback-after: "soon" is not a duration`, ""},
+		{"chain id", []string{"--chain-id", "0x539"}, 2, 60 * time.Second, 30 * time.Second, "", "0x539"},
+		{"chain id not hex", []string{"--chain-id", "1337"}, 0, 0, 0, `chain_id: want a hex quantity such as 0x1, got "1337"`, ""},
+		{"file value of the wrong type", []string{"--config", writeFile(t, "w.toml", "max_head_lag = \"2\"\n")}, 0, 0, 0, "w.toml: max_head_lag:", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -281,6 +284,9 @@ func TestHealthOptions(t *testing.T) {
 				t.Fatal(err)
 			}
 			mc := muxConfig(cfg, nil, nil)
+			if mc.ChainID != tt.chainID {
+				t.Errorf("mux gets chain_id %q, want %q", mc.ChainID, tt.chainID)
+			}
 			if mc.MaxHeadLag != tt.lag || mc.HeadTimeout != tt.timeout || mc.FailbackAfter != tt.failback {
 				t.Errorf("mux gets max_head_lag %d head_timeout %s failback_after %s, want %d %s %s",
 					mc.MaxHeadLag, mc.HeadTimeout, mc.FailbackAfter, tt.lag, tt.timeout, tt.failback)
