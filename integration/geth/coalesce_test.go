@@ -42,12 +42,7 @@ func TestCoalescedReadsMatchDirect(t *testing.T) {
 	// transaction's receipt be cached), and rounds start on its heads.
 	heads := followHeads(t, via[0])
 
-	contract, _ := minedReceipt(t, direct, sendTx(t, direct, map[string]any{
-		"from": dev, "data": logContract, "gas": "0x30000",
-	}))["contractAddress"].(string)
-	if contract == "" {
-		t.Fatal("deploy receipt without a contract address")
-	}
+	contract := deployLogContract(t, direct, dev)
 	tx := sendTx(t, direct, map[string]any{"from": dev, "to": contract, "data": topicA, "gas": "0x10000"})
 	// Asked through muxd before the block that holds it, the transaction's
 	// receipt is null, which must not be cached: the rounds below ask again
