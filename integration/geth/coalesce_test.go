@@ -194,16 +194,6 @@ func fanOut(t *testing.T, clients []*rpc.Client, calls []call) [][]outcome {
 	return out
 }
 
-// blockNumber asks c for eth_blockNumber.
-func blockNumber(t *testing.T, c *rpc.Client) uint64 {
-	t.Helper()
-	var n string
-	if err := c.CallContext(ctxT(t, 10*time.Second), &n, "eth_blockNumber"); err != nil {
-		t.Fatalf("eth_blockNumber: %v", err)
-	}
-	return hexNum(t, n)
-}
-
 // headFeed is a newHeads subscription held for a whole test.
 type headFeed struct {
 	heads chan *types.Header

@@ -1,6 +1,7 @@
 package gethtest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,14 +38,11 @@ func TestGapFreeAcrossCut(t *testing.T) {
 	logsAll := []*gapSub{subscribeGap(t, c1, "logs-all-1", "logs", all), subscribeGap(t, c3, "logs-all-2", "logs", all)}
 	logsA := subscribeGap(t, c2, "logs-A", "logs", onlyA)
 
-	var start string
-	if err := direct.CallContext(ctxT(t, 10*time.Second), &start, "eth_blockNumber"); err != nil {
-		t.Fatal(err)
-	}
+	startN := blockNumber(t, direct)
+	start := fmt.Sprintf("0x%x", startN)
 	// The sender talks to geth directly.
 	stopSend := startLogSender(t, direct, from, contract)
 
-	startN := hexNum(t, start)
 	waitBlock(t, direct, startN+3)
 	before := counterValue(t, h.srv.Metrics().UpstreamReconnects)
 	proxy.cut()
@@ -57,13 +55,10 @@ func TestGapFreeAcrossCut(t *testing.T) {
 		t.Fatal("connected again without a reconnect")
 	}
 	t.Logf("reconnected %v after the cut began", time.Since(cutAt).Round(10*time.Millisecond))
-	var cur string
-	_ = direct.CallContext(ctxT(t, 10*time.Second), &cur, "eth_blockNumber")
-	waitBlock(t, direct, hexNum(t, cur)+3)
+	waitBlock(t, direct, blockNumber(t, direct)+3)
 	sent := stopSend()
 	// Every log the sender caused is mined within a couple of blocks.
-	_ = direct.CallContext(ctxT(t, 10*time.Second), &cur, "eth_blockNumber")
-	end := hexNum(t, cur) + 3
+	end := blockNumber(t, direct) + 3
 	waitBlock(t, direct, end+2)
 
 	// Heads: consecutive, chained, byte-identical to geth's own pushes.

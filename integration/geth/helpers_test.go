@@ -159,6 +159,16 @@ func waitBlock(t *testing.T, c *rpc.Client, n uint64) {
 	}
 }
 
+// blockNumber asks c for eth_blockNumber.
+func blockNumber(t *testing.T, c *rpc.Client) uint64 {
+	t.Helper()
+	var n string
+	if err := c.CallContext(ctxT(t, 10*time.Second), &n, "eth_blockNumber"); err != nil {
+		t.Fatalf("eth_blockNumber: %v", err)
+	}
+	return hexNum(t, n)
+}
+
 // sendTx sends tx with eth_sendTransaction on c and returns its hash.
 func sendTx(t *testing.T, c *rpc.Client, tx map[string]any) string {
 	t.Helper()
