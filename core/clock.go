@@ -64,6 +64,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	c.answerAll(e, expired, router.ErrorTimeout, now)
 	c.answerAll(e, gaveUp, errNoUpstream, now)
 	c.applyGap(e, c.gap.Tick(now), nil, now)
+	c.drained(e)
 }
 
 // expireWaiters removes the client eth_subscribe requests waiting for the
@@ -114,6 +115,7 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 	for subID := range cl.subs {
 		c.detach(e, cl, subID, now)
 	}
+	c.drained(e)
 }
 
 // BeginShutdown stops Join from taking new sessions; from now on Effects

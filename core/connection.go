@@ -12,6 +12,12 @@ import (
 // hearing the resubscribes before the next drop; then what waited.
 func (c *Core) UpstreamConnected(e *Effects, gen uint64, now time.Time) {
 	e.Reset()
+	c.connected(e, gen, now)
+}
+
+// connected makes gen the current connection (UpstreamConnected, without
+// resetting e).
+func (c *Core) connected(e *Effects, gen uint64, now time.Time) {
 	c.gen = gen
 	c.resubscribe(e, now)
 	resubscribed := len(e.Upstream)
@@ -49,21 +55,44 @@ func (c *Core) UpstreamConnected(e *Effects, gen uint64, now time.Time) {
 // once with -32002 "connection lost", because it may or may not have been
 // executed. Requests that waited on one coalesced call are each retried or
 // failed like that, and coalesced again on the next connection; the
-// coalescing table, the head view and the cache are emptied. A connection
-// that is not the current one changes nothing.
+// coalescing table, the head view and the cache are emptied. The loss of
+// a connection muxd moved away from (UpstreamSwitch) fails the requests
+// left to it the same way; any other connection that is not the current
+// one changes nothing.
 func (c *Core) UpstreamLost(e *Effects, gen uint64, now time.Time) {
 	e.Reset()
 	defer c.finish(e)
+	if gen != 0 && gen == c.drain.gen {
+		c.failDrain(e, now)
+		return
+	}
 	if gen != c.gen {
 		return
 	}
+	c.lose(e, now, "upstream lost", c.drain.holds)
+}
+
+// lose discards the current connection's pending table (UpstreamLost),
+// except the requests keep returns true for, which stay in the table
+// (those of a drained connection, and those UpstreamSwitch leaves to the
+// connection it moves from). It returns the upstream ids of the entries
+// kept.
+func (c *Core) lose(e *Effects, now time.Time, why string, keep func(id uint64, p *router.Pending) bool) []uint64 {
+	gen := c.gen
 	c.gen = 0
 	var failed []router.Pending
+	var kept []uint64
+	var keptP []router.Pending
 	retried := 0
 	// A batch's retried requests go again as one array, in order, under
 	// their upstream ids; Discard hands them over in id order.
 	regrouped := map[*router.UpstreamBatch]*router.UpstreamBatch{}
 	c.reqs.Discard(func(id uint64, p router.Pending) {
+		if keep(id, &p) {
+			kept = append(kept, id)
+			keptP = append(keptP, p)
+			return
+		}
 		if p.Kind != router.KindCall {
 			c.settled(&p)
 			return // subscriptions are redone on the next connection
@@ -102,6 +131,10 @@ func (c *Core) UpstreamLost(e *Effects, gen uint64, now time.Time) {
 	c.subGauges()
 	c.gap.Disconnected()
 	clear(c.gapReqs)
+	for i, id := range kept {
+		c.reqs.Add(id, keptP[i])
+	}
 	c.obs.Retried(retried)
-	e.note("upstream lost", "gen", gen, "retrying", retried, "failed", len(failed))
+	e.note(why, "gen", gen, "retrying", retried, "failed", len(failed))
+	return kept
 }

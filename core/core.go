@@ -58,7 +58,8 @@ type Core struct {
 	// reqs is the pending table of the current upstream connection;
 	// upstream ids come from its counter, which survives Discard.
 	reqs    *router.Requests
-	gen     uint64 // the current upstream connection; 0: none
+	gen     uint64     // the current upstream connection; 0: none
+	drain   drainState // the connection switched away from, while it owes answers
 	waiting waitQueue
 	subs    *subTable
 	clients map[router.ClientID]*client

@@ -18,7 +18,8 @@ import (
 //  2. Slow: disconnect these clients as slow consumers.
 //  3. Upstream: write these frames, in order, on connection Gen (when it
 //     is still the current one).
-//  4. Notes: log them (drops at most once a second per reason).
+//  4. Close: close these connections (drained, see UpstreamSwitch).
+//  5. Notes: log them (drops at most once a second per reason).
 //
 // The slices are reused by the next event given the same Effects: a shell
 // must be done with them by then.
@@ -28,6 +29,9 @@ type Effects struct {
 	Gen        uint64   // the connection Upstream is for
 	Upstream   [][]byte // frames to write upstream, in order
 	Notes      []Note
+	// Close lists connections the shell should close: one muxd switched
+	// away from that owes nothing more (UpstreamSwitch).
+	Close []uint64
 	// Idle is set when the core is shutting down and, after this event,
 	// owes no client an answer.
 	Idle bool
@@ -43,6 +47,7 @@ func (e *Effects) Reset() {
 	e.Upstream = e.Upstream[:0]
 	clear(e.Notes)
 	e.Notes = e.Notes[:0]
+	e.Close = e.Close[:0]
 	e.Idle = false
 }
 

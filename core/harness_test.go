@@ -185,6 +185,7 @@ func (h *harness) connect() []string {
 //	slow c<N>       client N cut as a slow consumer
 //	up> <frame>     a frame written upstream
 //	drop <reason>   a dropped message
+//	close <gen>     connection gen to be closed (drained)
 //	idle            nothing is owed any more (shutting down)
 //
 // It checks what every event must keep: each client's deliveries are
@@ -225,6 +226,9 @@ func (h *harness) render(frame []byte) []string {
 			out = append(out, "drop "+n.Reason.String())
 		}
 	}
+	for _, g := range h.e.Close {
+		out = append(out, fmt.Sprintf("close %d", g))
+	}
 	if h.e.Idle {
 		out = append(out, "idle")
 	}
@@ -241,6 +245,7 @@ func (h *harness) render(frame []byte) []string {
 //	refuse c<N>         Refuse for client N with "message too large"
 //	gone c<N>           ClientGone
 //	connect             UpstreamConnected with the next gen
+//	switch              UpstreamSwitch to the next gen
 //	lost                UpstreamLost of the current gen
 //	lost <gen>          UpstreamLost of that gen
 //	up                  an upstream frame on the current connection (in)
@@ -312,6 +317,10 @@ func (h *harness) step(s step) []string {
 		return h.render(nil)
 	case "connect":
 		return h.connect()
+	case "switch":
+		h.gen++
+		h.c.UpstreamSwitch(&h.e, h.gen, h.now)
+		return h.render(nil)
 	case "lost":
 		gen := h.gen
 		if arg != "" {

@@ -11,16 +11,17 @@ import (
 	"testing"
 )
 
-// TestSansIO holds the core, and the packages whose rules it runs (router,
-// gapfill), to what makes it a sans-I/O state machine: no goroutines, no
-// locks, no I/O, no clock of its own. Time arrives with each event.
+// TestSansIO holds the core, the packages whose rules it runs (router,
+// gapfill) and the upstream selector (failover) to what makes each a
+// sans-I/O state machine: no goroutines, no locks, no I/O, no clock of
+// its own. Time arrives with each event.
 func TestSansIO(t *testing.T) {
 	forbiddenImports := []string{"sync", "net", "os", "io/fs", "syscall", "crypto/rand", "math/rand", "log", "unsafe"}
 	forbiddenTime := map[string]bool{
 		"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true, "AfterFunc": true,
 		"NewTimer": true, "NewTicker": true, "Tick": true,
 	}
-	for _, dir := range []string{".", "../router", "../gapfill"} {
+	for _, dir := range []string{".", "../router", "../gapfill", "../failover"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,9 @@ import (
 func (c *Core) UpstreamFrame(e *Effects, gen uint64, frame []byte, f router.Frame, scanErr error, now time.Time) {
 	e.Reset()
 	defer c.finish(e)
+	if gen != c.gen && gen == c.drain.gen {
+		defer c.drained(e)
+	}
 	if scanErr != nil {
 		c.drop(e, DropMalformed, "upstream sent a frame that is not valid JSON", "gen", gen, "bytes", len(frame))
 		return
@@ -59,7 +62,7 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 		c.drop(e, DropUnknownID, "upstream response with an id muxd never sent", "gen", gen)
 		return
 	}
-	if gen != c.gen {
+	if gen != c.gen && !c.drain.answers(gen, uid) {
 		c.drop(e, DropUnknownID, "upstream response on a connection that is no longer current", "gen", gen)
 		return
 	}

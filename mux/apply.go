@@ -27,6 +27,9 @@ func (s *Server) apply(e *core.Effects, up *upstreamConn, buf []byte) (lent bool
 	if len(e.Upstream) > 0 && up != nil && up.gen == e.Gen {
 		up.send(e.Upstream...)
 	}
+	if len(e.Close) > 0 {
+		s.closeGens(e.Close)
+	}
 	for i := range e.Notes {
 		n := &e.Notes[i]
 		switch {

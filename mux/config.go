@@ -225,6 +225,15 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MaxHeadLag <= 0 {
+		c.MaxHeadLag = DefaultMaxHeadLag
+	}
+	if c.HeadTimeout <= 0 {
+		c.HeadTimeout = DefaultHeadTimeout
+	}
+	if c.FailbackAfter == 0 {
+		c.FailbackAfter = DefaultFailbackAfter
+	}
 	if c.HTTPReadHeaderTimeout <= 0 {
 		c.HTTPReadHeaderTimeout = DefaultHTTPReadHeaderTimeout
 	}

@@ -59,7 +59,7 @@ func (s *Server) startFanout() (stop func()) {
 // handOff gives the reader's effects, when they hold many deliveries, to
 // the fan-out goroutine, with buf, and gives the reader a fresh Effects.
 // It reports whether it did; the reader then no longer owns buf.
-func (s *Server) handOff(u *upstreamConn, buf []byte) bool {
+func (s *Server) handOff(u, cur *upstreamConn, buf []byte) bool {
 	if len(u.eff.Deliveries) <= fanoutHandoff || s.fanout.jobs == nil {
 		return false
 	}
@@ -67,7 +67,7 @@ func (s *Server) handOff(u *upstreamConn, buf []byte) bool {
 	if next == nil {
 		next = new(core.Effects)
 	}
-	s.fanout.jobs <- fanoutJob{u.eff, u, buf}
+	s.fanout.jobs <- fanoutJob{u.eff, cur, buf}
 	u.eff = next
 	return true
 }

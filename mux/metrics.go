@@ -35,6 +35,8 @@ type Metrics struct {
 	InFlight           prometheus.Gauge       // muxd_requests_in_flight
 	UpstreamConnected  prometheus.Gauge       // muxd_upstream_connected
 	UpstreamReconnects prometheus.Counter     // muxd_upstream_reconnects_total
+	Failovers          *prometheus.CounterVec // muxd_upstream_failovers_total{reason}
+	ChainMismatches    *prometheus.CounterVec // muxd_upstream_chain_mismatch_total{upstream}
 	Retried            prometheus.Counter     // muxd_requests_retried_total
 	MemoryReclaims     prometheus.Counter     // muxd_memory_reclaims_total
 	UpstreamSubs       prometheus.Gauge       // muxd_upstream_subscriptions
@@ -82,11 +84,17 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "muxd_requests_in_flight", Help: "Requests sent upstream or waiting for an upstream, not yet answered.",
 		}),
 		UpstreamConnected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "muxd_upstream_connected", Help: "1 while the upstream WebSocket is connected.",
+			Name: "muxd_upstream_connected", Help: "1 while an upstream connection is active (carries client traffic).",
 		}),
 		UpstreamReconnects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "muxd_upstream_reconnects_total", Help: "Upstream connections made after the first.",
+			Name: "muxd_upstream_reconnects_total", Help: "Upstream connections made after each upstream's first.",
 		}),
+		Failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "muxd_upstream_failovers_total", Help: "Changes of the active upstream by reason: lost, lagging, stalled, failback.",
+		}, []string{"reason"}),
+		ChainMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "muxd_upstream_chain_mismatch_total", Help: "Connections of an upstream (by index) that reported another chain id than the others, or none; such an upstream is not used.",
+		}, []string{"upstream"}),
 		MemoryReclaims: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "muxd_memory_reclaims_total", Help: "Times muxd handed a large release of memory back to the OS at once.",
 		}),
@@ -162,7 +170,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Clients, m.Requests, m.Responses, m.Latency, m.InFlight,
-			m.UpstreamConnected, m.UpstreamReconnects, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
+			m.UpstreamConnected, m.UpstreamReconnects, m.Failovers, m.ChainMismatches, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
 			m.Pushes, m.SlowConsumers, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
 			m.ListenConnections, m.backfilled, m.BackfillGaps, m.BackfillDuration,
 			m.Coalesced, m.CacheHits, m.CacheMisses, m.CacheEvictions, m.CacheBytes)

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/muxd/muxd/core"
-	"github.com/muxd/muxd/reconnect"
+	"github.com/muxd/muxd/failover"
 	"github.com/muxd/muxd/router"
 )
 
@@ -34,13 +34,14 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
-	sup     *reconnect.Supervisor
+	nodes   []*upstreamNode // the upstreams, most preferred first
 
 	mu   sync.Mutex
-	core *core.Core    // guarded by mu
-	up   *upstreamConn // guarded by mu; nil while disconnected
-	gens uint64        // guarded by mu: connections made so far
-	idle chan struct{} // guarded by mu: closed when nothing is owed during shutdown
+	core *core.Core         // guarded by mu
+	sel  *failover.Selector // guarded by mu: which upstream is active
+	up   *upstreamConn      // guarded by mu: the active connection; nil while none
+	gens uint64             // guarded by mu: connections made active so far
+	idle chan struct{}      // guarded by mu: closed when nothing is owed during shutdown
 	// upChanged is closed and replaced whenever up changes (for waiters);
 	// guarded by mu.
 	upChanged chan struct{}
@@ -59,11 +60,13 @@ type Server struct {
 // New checks cfg and returns a Server. Nothing runs until Run.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
-	if cfg.Dial == nil {
-		if cfg.Upstream == "" {
-			return nil, errors.New("mux: no upstream URL")
+	if len(cfg.Upstreams) == 0 && cfg.Dial == nil && cfg.Upstream == "" {
+		return nil, errors.New("mux: no upstream URL")
+	}
+	for i, up := range cfg.Upstreams {
+		if up.Dial == nil && up.URL == "" {
+			return nil, fmt.Errorf("mux: upstream %d: no URL", i)
 		}
-		cfg.Dial = reconnect.WebSocketDialer(cfg.Upstream, cfg.UpstreamHeader, cfg.UpstreamReadLimit)
 	}
 	s := &Server{
 		cfg:       cfg,
@@ -104,16 +107,24 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
-	s.sup = reconnect.New(reconnect.Config{
-		Dial:         cfg.Dial,
-		NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),
-		PingInterval: cfg.PingInterval,
-		PingTimeout:  cfg.PingTimeout,
-		Logger:       cfg.Logger,
-		OnDialError: func(err error, next time.Duration) {
-			s.metrics.UpstreamConnected.Set(0)
-		},
+	s.nodes = newNodes(cfg, func(*upstreamNode) {})
+	failback := cfg.FailbackAfter
+	if failback < 0 {
+		failback = 0 // never
+	}
+	sel, err := failover.New(failover.Config{
+		Upstreams:     len(s.nodes),
+		MaxHeadLag:    uint64(cfg.MaxHeadLag),
+		HeadTimeout:   cfg.HeadTimeout,
+		FailbackAfter: failback,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("mux: %w", err)
+	}
+	s.sel = sel
+	if cfg.Registerer != nil && s.multi() {
+		cfg.Registerer.MustRegister(s.nodeGauges()...)
+	}
 	return s, nil
 }
 
@@ -130,9 +141,16 @@ func (s *Server) Run(ctx context.Context) error {
 		defer wg.Done()
 		s.sweepLoop(sweepCtx)
 	}()
+	if s.multi() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.healthLoop(sweepCtx)
+		}()
+	}
 	stopFanout := s.startFanout()
-	err := s.sup.Run(ctx, s.serveUpstream)
-	stopFanout() // the upstream reader, its one sender, has returned
+	err := s.runNodes(ctx)
+	stopFanout() // the upstream readers, its senders, have returned
 	stopSweep()
 	wg.Wait()
 	s.failAll(router.ErrorUnavailable.Because("shutdown"))
@@ -145,12 +163,6 @@ func (s *Server) Connected() (bool, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.up != nil, s.upChanged
-}
-
-// Ready reports whether the upstream is connected.
-func (s *Server) Ready() bool {
-	up, _ := s.Connected()
-	return up
 }
 
 // setUp changes the current upstream connection. Caller holds s.mu.

@@ -13,17 +13,25 @@ import (
 	"github.com/muxd/muxd/router"
 )
 
-// upstreamConn is the shared connection to the node. Writes may come from
+// upstreamConn is one connection to an upstream node. Writes may come from
 // any goroutine (coder/websocket serializes them); exactly one goroutine,
 // serveUpstream, reads it.
 type upstreamConn struct {
 	*reconnect.Conn
-	ctx    context.Context
-	srv    *Server
-	gen    uint64           // the core's number for this connection
-	msgs   []router.Message // scan buffer, owned by the reader
-	eff    *core.Effects    // the reader's core effects, owned by the reader
-	failed sync.Once
+	ctx  context.Context
+	srv  *Server
+	node *upstreamNode
+	// gen is the core's number for this connection, given when it is made
+	// active (0 until then), and demoted is set when the core switched away
+	// from it (it drains, then is closed); both guarded by srv.mu.
+	gen     uint64
+	demoted bool
+	// healthSub is the node's id of muxd's newHeads health subscription
+	// (raw JSON), owned by the reader.
+	healthSub string
+	msgs      []router.Message // scan buffer, owned by the reader
+	eff       *core.Effects    // the reader's core effects, owned by the reader
+	failed    sync.Once
 }
 
 // send writes frames upstream, in order. A write error means the connection
@@ -50,22 +58,25 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	}
 }
 
-// serveUpstream runs for the life of one upstream connection: it makes the
-// connection current (the core resubscribes and sends what was waiting for
-// it), and then reads and routes every message in arrival order until the
-// connection fails.
-func (s *Server) serveUpstream(ctx context.Context, rc *reconnect.Conn) error {
-	u := &upstreamConn{Conn: rc, ctx: ctx, srv: s, eff: new(core.Effects)}
-	s.mu.Lock()
-	s.gens++
-	u.gen = s.gens
-	if s.gens > 1 {
+// serveUpstream runs for the life of one connection of upstream n: it
+// tells the selector, which may make it active (the core then resubscribes
+// and sends what was waiting for it), sends the health requests when there
+// are several upstreams, and then reads and routes every message in arrival
+// order until the connection fails.
+func (s *Server) serveUpstream(ctx context.Context, n *upstreamNode, rc *reconnect.Conn) error {
+	u := &upstreamConn{Conn: rc, ctx: ctx, srv: s, node: n, eff: new(core.Effects)}
+	n.dials++
+	if n.dials > 1 {
 		s.metrics.UpstreamReconnects.Inc()
 	}
-	s.setUp(u)
-	s.core.UpstreamConnected(u.eff, u.gen, time.Now())
+	s.healthStart(u)
+	now := time.Now()
+	s.mu.Lock()
+	n.conn = u
+	s.sel.Connected(n.index, now)
+	sw := s.decideLocked(now)
 	s.mu.Unlock()
-	s.apply(u.eff, u, nil)
+	s.applySwitch(sw)
 
 	err := s.readUpstream(ctx, u)
 	s.upstreamLost(u)
@@ -122,15 +133,20 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 		f, err = router.ScanUpstream(frame, u.msgs)
 		u.msgs = f.Messages
 	}
+	if err == nil && len(f.Messages) == 1 && !f.Batch && s.health(u, frame, &f.Messages[0]) {
+		clear(u.msgs)
+		return false
+	}
 	now := time.Now()
 	s.mu.Lock()
 	s.core.UpstreamFrame(u.eff, u.gen, frame, f, err, now)
+	cur := s.up // answers on a draining connection may send on the active one
 	s.mu.Unlock()
 	clear(u.msgs)
-	if s.handOff(u, buf) {
+	if s.handOff(u, cur, buf) {
 		return true
 	}
-	return s.apply(u.eff, u, buf)
+	return s.apply(u.eff, cur, buf)
 }
 
 // scanLarge routes an answer larger than inlineSpliceMax by its head, so
@@ -163,16 +179,31 @@ func spliceInPlace(buf []byte, start, n int, id router.Span, newID []byte) ([]by
 // larger one is lent where it can be (deliver).
 const inlineSpliceMax = 16 << 10
 
-// upstreamLost tells the core that u has failed: its pending table is
-// discarded whole (core.UpstreamLost).
+// upstreamLost tells the core that u has failed: when it was active or
+// draining, its pending table is discarded whole (core.UpstreamLost). The
+// selector may then make another upstream active.
 func (s *Server) upstreamLost(u *upstreamConn) {
+	now := time.Now()
 	s.mu.Lock()
+	if u.node.conn == u {
+		u.node.conn = nil
+	}
+	if !u.demoted {
+		s.sel.Lost(u.node.index, now)
+	}
 	if s.up == u {
 		s.setUp(nil)
 	}
-	s.core.UpstreamLost(u.eff, u.gen, time.Now())
+	if u.gen != 0 {
+		s.core.UpstreamLost(u.eff, u.gen, now)
+	} else {
+		u.eff.Reset()
+	}
+	sw := s.decideLocked(now)
+	cur := s.up
 	s.mu.Unlock()
-	s.apply(u.eff, nil, nil)
+	s.apply(u.eff, cur, nil)
+	s.applySwitch(sw)
 }
 
 // loggedDrop logs a dropped upstream message (the core counted it), at most

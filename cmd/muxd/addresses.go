@@ -46,6 +46,10 @@ func upstreamProblem(raw string) string {
 	if u.Hostname() == "" {
 		return fmt.Sprintf("has no host name, got %s", reconnect.Redact(raw))
 	}
+	if strings.Contains(u.Host, ",") {
+		// "ws://a:1,ws://b:2" parses, with host "a:1,ws:".
+		return "its host holds a comma: give several upstreams as separate URLs (--upstream once for each, or a TOML array; MUXD_UPSTREAM separates them by commas) (the URL is not shown)"
+	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return fmt.Sprintf("port %s is not a port number from 1 to 65535, got %s", p, reconnect.Redact(raw))

@@ -50,7 +50,7 @@ func TestHelp(t *testing.T) {
 					"--upstream URL", "(required)", "--request-timeout DURATION", "(default 30s)",
 					"--upstream-wait DURATION", "(default 5s)", "--listen HOST:PORT", "(default 127.0.0.1:8547)",
 					"--max-held-bytes N", "(default 67108864, 64 MiB)", "--config FILE", "--version",
-					"Upstream (the node):", "Listeners (for clients):", "Limits:",
+					"Upstream (the nodes):", "--max-head-lag N", "(default 2)", "--head-timeout DURATION", "(default 1m0s)", "--failback-after DURATION", "Listeners (for clients):", "Limits:",
 				} {
 					if !strings.Contains(flat, want) {
 						t.Errorf("help lacks %q", want)
@@ -130,7 +130,8 @@ func TestRepeatedFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"check", "--upstream", "ws://a:1", "--upstream", "ws://b:1"}, "--upstream: given 2 times; give it once"},
+		{[]string{"check", "--upstream", "ws://a:1", "--upstream", "ws://b:1", "--max-head-lag", "3", "--max-head-lag", "4"}, "--max-head-lag: given 2 times; give it once"},
+		{[]string{"check", "--upstream", "ws://a:1", "--failback-after", "1s", "--failback-after", "0s"}, "--failback-after: given 2 times"},
 		{[]string{"check", "--upstream", "ws://a:1", "--request-timeout", "1s", "--request-timeout=2s"}, "--request-timeout: given 2 times"},
 		{[]string{"check", "--config", f, "--config", f}, "--config: given 2 times"},
 		{[]string{"serve", "--upstream", "ws://a:1", "--listen", "nohost", "--listen", "127.0.0.1:99999"}, "--listen: given 2 times"},
@@ -140,13 +141,20 @@ func TestRepeatedFlag(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", tt.args, code, out, errs, tt.want)
 		}
 	}
+	// --upstream is never named as repeated, even beside a flag that is.
+	if _, _, errs := runCmd(t, "check", "--upstream", "ws://a:1", "--upstream", "ws://b:1", "--listen", ":1", "--listen", ":2"); strings.Contains(errs, "--upstream:") {
+		t.Errorf("repeated --upstream refused: %s", errs)
+	}
 	cfg, _, err := loadConfig([]string{"--upstream", "ws://a:1", "--deny-methods", "x_*", "--deny-methods", "y_*",
-		"--upstream-headers", "A: 1", "--upstream-headers", "B: 2"})
+		"--upstream-headers", "A: 1", "--upstream-headers", "B: 2", "--upstream", "ws://b:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(cfg.DenyMethods, []string{"x_*", "y_*"}) || len(cfg.UpstreamHeaders) != 2 {
 		t.Errorf("repeated list flags: deny %v headers %v", cfg.DenyMethods, cfg.UpstreamHeaders)
+	}
+	if want := (Upstreams{{URL: "ws://a:1"}, {URL: "ws://b:1"}}); !reflect.DeepEqual(cfg.Upstreams, want) {
+		t.Errorf("repeated --upstream: %v, want %v", cfg.Upstreams, want)
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
 	"reflect"
@@ -47,8 +46,11 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // whole configuration. Every option has one name: the TOML key, and the flag
 // with "_" written as "-".
 type Config struct {
-	Upstream              string            `toml:"upstream"`
+	Upstreams             Upstreams         `toml:"upstream"`
 	UpstreamHeaders       map[string]string `toml:"upstream_headers"`
+	MaxHeadLag            int               `toml:"max_head_lag"`
+	HeadTimeout           Duration          `toml:"head_timeout"`
+	FailbackAfter         Duration          `toml:"failback_after"`
 	UpstreamReadLimit     int64             `toml:"upstream_read_limit"`
 	PingInterval          Duration          `toml:"ping_interval"`
 	PingTimeout           Duration          `toml:"ping_timeout"`
@@ -100,6 +102,9 @@ func (c Config) coalesceMethods() []string {
 // defaults returns the configuration muxd runs with when nothing is set.
 func defaults() Config {
 	return Config{
+		MaxHeadLag:            mux.DefaultMaxHeadLag,
+		HeadTimeout:           Duration{mux.DefaultHeadTimeout},
+		FailbackAfter:         Duration{mux.DefaultFailbackAfter},
 		UpstreamReadLimit:     reconnect.DefaultReadLimit,
 		PingInterval:          Duration{15 * time.Second},
 		PingTimeout:           Duration{10 * time.Second},
@@ -140,7 +145,7 @@ func defaults() Config {
 // secretOptions are the options whose values may be secrets: errors about
 // them never quote the value (see secrets.go).
 var secretOptions = map[string]string{
-	"upstream":         "want a string, the ws:// or wss:// URL of the node",
+	"upstream":         upstreamTOMLForms,
 	"upstream_headers": `want a table: a line [upstream_headers], then Name = "value" lines`,
 }
 
@@ -165,13 +170,37 @@ func loadFile(cfg *Config, file string) error {
 		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
 	}
 	var errs *multierror.Error
+	seen := map[string]bool{}
 	for _, k := range md.Keys() {
-		if len(k) != 1 {
+		// An array of tables ([[upstream]]) lists its key once per table.
+		if len(k) != 1 || seen[k[0]] {
 			continue
 		}
+		seen[k[0]] = true
 		f, ok := fields[k[0]]
 		if !ok {
-			errs = multierror.Append(errs, fmt.Errorf("%s: unknown option %s", file, shownKey(k[0])))
+			hint := ""
+			if k[0] == "upstreams" {
+				hint = ` (several upstreams are one option: upstream = ["ws://…", "ws://…"], or [[upstream]] tables)`
+			}
+			errs = multierror.Append(errs, fmt.Errorf("%s: unknown option %s%s", file, shownKey(k[0]), hint))
+			continue
+		}
+		if u, ok := f.Addr().Interface().(toml.Unmarshaler); ok {
+			// Decoded here rather than by PrimitiveDecode, whose error
+			// would hide this one's: it is written to show no value.
+			var v any
+			if err := md.PrimitiveDecode(raw[k[0]], &v); err != nil {
+				errs = multierror.Append(errs, fmt.Errorf("%s: %s: %s", file, k[0], secretOptions[k[0]]))
+			} else if err := u.UnmarshalTOML(v); err != nil {
+				each := []error{err}
+				if j, ok := err.(interface{ Unwrap() []error }); ok {
+					each = j.Unwrap()
+				}
+				for _, e := range each {
+					errs = multierror.Append(errs, fmt.Errorf("%s: %w", file, e))
+				}
+			}
 			continue
 		}
 		// The decoder leaves a map alone, without an error, when the
@@ -193,27 +222,28 @@ func loadFile(cfg *Config, file string) error {
 }
 
 // problems lists every problem with c, nil when there is none.
-// upstreamFrom says where c.Upstream came from ("--upstream",
+// upstreamFrom says where c.Upstreams came from ("--upstream",
 // "MUXD_UPSTREAM", the file's name), for errors about it.
 func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	var errs *multierror.Error
 	add := func(format string, args ...any) { errs = multierror.Append(errs, fmt.Errorf(format, args...)) }
-	if c.Upstream == "" {
-		add("upstream: not set (use --upstream, the config file, or MUXD_UPSTREAM); for example ws://127.0.0.1:8546")
-	} else if p := upstreamProblem(c.Upstream); p != "" {
-		add("upstream (from %s): %s", upstreamFrom, p)
+	for _, p := range c.upstreamProblems(upstreamFrom) {
+		add("%s", p)
 	}
-	badNames := 0
-	for _, name := range slices.Sorted(maps.Keys(c.UpstreamHeaders)) {
-		switch {
-		case !validHeaderName(name):
-			badNames++
-		case !validHeaderValue(c.UpstreamHeaders[name]):
-			add("upstream_headers: %q: the value holds a control character such as CR or LF (value not shown)", name)
-		}
+	for _, p := range headerProblems(c.UpstreamHeaders) {
+		add("upstream_headers: %s", p)
 	}
-	if badNames > 0 {
-		add("upstream_headers: %d header name(s) not valid: a name is letters, digits and -, without spaces or colons (not shown)", badNames)
+	if c.MaxHeadLag < 1 {
+		// mux reads 0 as its default: a lag of 0 cannot be asked for,
+		// and would make every node whose head comes a moment late
+		// unhealthy.
+		add("max_head_lag: must be at least 1, got %d", c.MaxHeadLag)
+	}
+	if c.HeadTimeout.Duration <= 0 {
+		add("head_timeout: must be positive, got %s", c.HeadTimeout.Duration)
+	}
+	if c.FailbackAfter.Duration < 0 {
+		add("failback_after: must not be negative (0 never fails back), got %s", c.FailbackAfter.Duration)
 	}
 	if c.Listen == "" && c.IPC == "" {
 		add("listen, ipc: at least one must be set")
@@ -297,14 +327,8 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	return errs
 }
 
-// header returns the upstream headers as an http.Header.
-func (c *Config) header() http.Header {
-	h := http.Header{}
-	for k, v := range c.UpstreamHeaders {
-		h.Set(k, v)
-	}
-	return h
-}
+// header returns upstream_headers as an http.Header.
+func (c *Config) header() http.Header { return toHeader(c.UpstreamHeaders) }
 
 // ipcMode is the parsed ipc_mode (validated before).
 func (c *Config) ipcMode() os.FileMode {

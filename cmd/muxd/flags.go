@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,7 +63,8 @@ func (fv *flagValues) configFile() string {
 }
 
 // repeated lists the single-valued flags given more than once: an error,
-// never a silent override (lists and --upstream-headers may repeat).
+// never a silent override. Lists, --upstream-headers and --upstream (one
+// URL each, in order of preference) may repeat.
 func (fv *flagValues) repeated() error {
 	var errs *multierror.Error
 	kinds := map[string]reflect.Kind{"config": reflect.String}
@@ -100,6 +102,14 @@ func (fv *flagValues) apply(cfg *Config) error {
 func setField(f reflect.Value, vals []string) error {
 	last := vals[len(vals)-1]
 	switch f.Interface().(type) {
+	case Upstreams:
+		// One URL per flag, not split at commas: the list is the flags
+		// in order.
+		list := make(Upstreams, len(vals))
+		for i, v := range vals {
+			list[i] = UpstreamSpec{URL: v}
+		}
+		f.Set(reflect.ValueOf(list))
 	case Duration:
 		d, err := time.ParseDuration(last)
 		if err != nil {
@@ -203,7 +213,7 @@ var plainValue = regexp.MustCompile(`^[A-Za-z0-9._+-]{0,32}$`)
 // upstream_headers. Other local users can read them in the process list.
 func (fv *flagValues) exposedSecrets() []string {
 	var names []string
-	if v := fv.vals["upstream"]; len(v) > 0 && urlHasSecrets(v[len(v)-1]) {
+	if slices.ContainsFunc(fv.vals["upstream"], urlHasSecrets) {
 		names = append(names, "--upstream")
 	}
 	if len(fv.vals["upstream_headers"]) > 0 {

@@ -22,7 +22,7 @@ type optionGroup struct {
 
 // optionGroups lists every Config option once (TestHelpListsEveryOption).
 var optionGroups = []optionGroup{
-	{"Upstream (the node)", []string{"upstream", "upstream_headers", "upstream_read_limit", "ping_interval", "ping_timeout", "reconnect_initial", "reconnect_max"}},
+	{"Upstream (the nodes)", []string{"upstream", "upstream_headers", "max_head_lag", "head_timeout", "failback_after", "upstream_read_limit", "ping_interval", "ping_timeout", "reconnect_initial", "reconnect_max"}},
 	{"Listeners (for clients)", []string{"listen", "ipc", "ipc_mode", "ipc_group", "metrics"}},
 	{"Requests", []string{"request_timeout", "upstream_wait", "shutdown_grace", "backfill_blocks"}},
 	{"Coalescing and cache", []string{"coalesce", "coalesce_methods", "cache_bytes"}},
@@ -35,8 +35,11 @@ var optionGroups = []optionGroup{
 // optionHelp is one line of meaning for each option; the README reference
 // says the same at more length.
 var optionHelp = map[string]string{
-	"upstream":                 "node WebSocket URL, ws:// or wss:// (or MUXD_UPSTREAM, which keeps a key out of the process list)",
-	"upstream_headers":         `header for the upstream handshake, "Name: value"; repeatable; never logged`,
+	"upstream":                 "node WebSocket URL, ws:// or wss://; repeat for several, most preferred first (or MUXD_UPSTREAM, URLs separated by commas, which keeps keys out of the process list; in the file a string, an array, or tables with each node's own headers)",
+	"upstream_headers":         `header for the handshake of every upstream that has no headers of its own, "Name: value"; repeatable; never logged`,
+	"max_head_lag":             "most blocks an upstream's head may be behind the best head seen and still be healthy (at least 1)",
+	"head_timeout":             "an upstream with no new head for this long is unhealthy",
+	"failback_after":           "how long the preferred upstream must have been healthy before muxd moves back to it (0: never)",
 	"upstream_read_limit":      "largest message accepted from the node, bytes",
 	"ping_interval":            "upstream keepalive ping interval (0 disables)",
 	"ping_timeout":             "pong deadline; on expiry the upstream connection is replaced",
@@ -94,7 +97,7 @@ clients (WebSocket, HTTP and IPC), each answered under its own request ids.
 
 Usage:
   muxd [serve] [OPTIONS]   run muxd (serve is the default command)
-  muxd check [OPTIONS]     check the configuration, print the upstream (redacted), exit
+  muxd check [OPTIONS]     check the configuration, print the upstreams (redacted), exit
   muxd probe [--json] [--count N] [--timeout D] URL
                            print a correlation table for an endpoint (http, https, ws, wss)
   muxd version             print the version (also: muxd --version)
@@ -113,8 +116,9 @@ func helpOptions(w io.Writer) {
 	fmt.Fprint(w, `
 Options of serve and check. Each is also a key of the TOML file given with --config:
 the flag's name with "-" written "_" (--request-timeout is request_timeout). Later
-sources win: defaults, the file, MUXD_UPSTREAM, flags. Give a flag once; list options
-take commas ("a,b") and --upstream-headers may be repeated.
+sources win: defaults, the file, MUXD_UPSTREAM, flags; a later source of upstreams
+replaces the whole list. Give a flag once; list options take commas ("a,b"), and
+--upstream and --upstream-headers may be repeated.
 
 General:
   --config FILE
@@ -165,10 +169,9 @@ func defaultText(key string, f reflect.Value) string {
 		return "default " + withBytes(key, int64(x))
 	case int64:
 		return "default " + withBytes(key, x)
+	case Upstreams:
+		return "required"
 	case string:
-		if key == "upstream" {
-			return "required"
-		}
 		if x == "" {
 			return "default none"
 		}
@@ -266,7 +269,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 	case "serve", "check":
 		fmt.Fprintf(stdout, "Usage: muxd %s [OPTIONS]\n", topic)
 		if topic == "check" {
-			fmt.Fprintln(stdout, "\nValidates the options (and the file given with --config) as serve would, without\nstarting: every problem is listed and the exit status is 2; with none, prints the\nupstream (redacted) and exits 0.")
+			fmt.Fprintln(stdout, "\nValidates the options (and the file given with --config) as serve would, without\nstarting: every problem is listed and the exit status is 2; with none, prints the\nupstreams (redacted) and exits 0.")
 		} else {
 			fmt.Fprintln(stdout, "\nRuns muxd until SIGTERM or SIGINT, then shuts down gracefully (shutdown_grace).")
 		}

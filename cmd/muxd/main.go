@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, "muxd check: note:", note)
 			}
 		}
-		fmt.Fprintf(stdout, "configuration ok (upstream %s)\n", redactedUpstream(cfg))
+		fmt.Fprintf(stdout, "configuration ok (%s)\n", redactedUpstreams(cfg))
 		return 0
 	case "probe":
 		return runProbe(ctx, args, stdout, stderr)
@@ -118,7 +118,8 @@ func listFormat(errs []error) string {
 }
 
 // loadConfig builds the configuration: defaults, then the config file, then
-// MUXD_UPSTREAM, then flags. It also returns the options given as flags
+// MUXD_UPSTREAM, then flags; a source of upstreams replaces the list of the
+// one before. It also returns the options given as flags
 // whose values may be secrets (see flagValues.exposedSecrets). It returns
 // flag.ErrHelp for -h and errShowVersion for --version.
 func loadConfig(args []string) (*Config, []string, error) {
@@ -153,15 +154,18 @@ func loadConfig(args []string) (*Config, []string, error) {
 			return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		errs = multierror.Append(errs, err)
-		if cfg.Upstream != "" {
+		if len(cfg.Upstreams) > 0 {
 			upstreamFrom = file
 		}
 	}
-	if v := os.Getenv("MUXD_UPSTREAM"); v != "" {
-		cfg.Upstream, upstreamFrom = v, "MUXD_UPSTREAM"
-	}
+	// Each source of upstreams replaces the whole list. MUXD_UPSTREAM is
+	// read only when no --upstream overrides it.
 	if _, ok := fv.vals["upstream"]; ok {
 		upstreamFrom = "--upstream"
+	} else if v := os.Getenv("MUXD_UPSTREAM"); v != "" {
+		list, err := upstreamsFromEnv(v)
+		errs = multierror.Append(errs, err)
+		cfg.Upstreams, upstreamFrom = list, "MUXD_UPSTREAM"
 	}
 	errs = multierror.Append(errs, fv.apply(&cfg))
 	errs = multierror.Append(errs, cfg.problems(upstreamFrom))

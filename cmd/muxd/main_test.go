@@ -179,9 +179,9 @@ X-Extra = "1"
 				t.Fatal(err)
 			}
 			h := cfg.header()
-			if cfg.Upstream != tt.upstream || cfg.RequestTimeout.Duration != tt.timeout || cfg.MaxBatch != tt.maxBatch ||
+			if len(cfg.Upstreams) != 1 || cfg.Upstreams[0].URL != tt.upstream || cfg.RequestTimeout.Duration != tt.timeout || cfg.MaxBatch != tt.maxBatch ||
 				h.Get("Authorization") != tt.authHeader || h.Get("X-Extra") != tt.extra {
-				t.Fatalf("got upstream %q timeout %s batch %d headers %v", cfg.Upstream, cfg.RequestTimeout, cfg.MaxBatch, h)
+				t.Fatalf("got upstreams %v timeout %s batch %d headers %v", cfg.Upstreams, cfg.RequestTimeout, cfg.MaxBatch, h)
 			}
 		})
 	}
@@ -259,7 +259,7 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatalf("uncommented example: %v", err)
 	}
 	want := defaults()
-	want.Upstream, want.UpstreamHeaders = got.Upstream, got.UpstreamHeaders
+	want.Upstreams, want.UpstreamHeaders = got.Upstreams, got.UpstreamHeaders
 	for i := 0; i < typ.NumField(); i++ {
 		g, w := reflect.ValueOf(*got).Field(i), reflect.ValueOf(want).Field(i)
 		if g.Kind() == reflect.Slice && g.Len() == 0 && w.Len() == 0 {

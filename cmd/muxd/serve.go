@@ -25,10 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/muxd/muxd/mux"
-	"github.com/muxd/muxd/reconnect"
 )
-
-func redactedUpstream(cfg *Config) string { return reconnect.Redact(cfg.Upstream) }
 
 func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 	var level slog.Level
@@ -176,7 +173,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	if onListening != nil {
 		onListening(addrOf(ls.ws), addrOf(ls.ipc), addrOf(ls.metrics))
 	}
-	log.Info("muxd started", "version", versionString(), "upstream", reconnect.Redact(cfg.Upstream))
+	log.Info("muxd started", append([]any{"version", versionString()}, upstreamLogAttrs(cfg)...)...)
 	daemon.SdNotify(false, daemon.SdNotifyReady)
 	stopWatchdog := startWatchdog(log)
 
@@ -211,9 +208,11 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 
 // muxConfig is the mux.Config for cfg.
 func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Config {
-	return mux.Config{
-		Upstream:              cfg.Upstream,
-		UpstreamHeader:        cfg.header(),
+	mc := mux.Config{
+		Upstreams:             cfg.muxUpstreams(),
+		MaxHeadLag:            cfg.MaxHeadLag,
+		HeadTimeout:           cfg.HeadTimeout.Duration,
+		FailbackAfter:         failbackAfter(cfg.FailbackAfter.Duration),
 		UpstreamReadLimit:     cfg.UpstreamReadLimit,
 		PingInterval:          pingInterval(cfg.PingInterval.Duration),
 		PingTimeout:           cfg.PingTimeout.Duration,
@@ -245,6 +244,12 @@ func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Con
 		Logger:                log,
 		Registerer:            reg,
 	}
+	if len(mc.Upstreams) > 0 {
+		// Upstream 1 again, for a mux that reads only Upstream; one that
+		// reads Upstreams ignores these.
+		mc.Upstream, mc.UpstreamHeader = mc.Upstreams[0].URL, mc.Upstreams[0].Header
+	}
+	return mc
 }
 
 // inUseHint says what to do when a TCP listen failed because the address is
@@ -270,6 +275,15 @@ func addrOf(l net.Listener) net.Addr {
 		return nil
 	}
 	return l.Addr()
+}
+
+// failbackAfter is failback_after as mux reads it: 0 in the config means
+// never, which mux spells negative.
+func failbackAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 func pingInterval(d time.Duration) time.Duration {

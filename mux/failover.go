@@ -1,0 +1,319 @@
+package mux
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/muxd/muxd/core"
+	"github.com/muxd/muxd/failover"
+	"github.com/muxd/muxd/gapfill"
+	"github.com/muxd/muxd/reconnect"
+	"github.com/muxd/muxd/router"
+)
+
+// This file is the shell of failover: several upstreams, one active
+// (Config.Upstreams). Every upstream has its own supervisor, connection,
+// backoff and keepalive. Package failover decides which is active from
+// what the connections show; the core moves the traffic (UpstreamSwitch,
+// or UpstreamLost then UpstreamConnected when the active one is gone).
+//
+// With more than one upstream each connection also carries muxd's health
+// requests, under ids of their own that the core never sees: eth_chainId
+// once, and one newHeads subscription whose pushes tell the head. With one
+// upstream there are none, and that upstream is active whenever it is
+// connected, as muxd has always behaved.
+
+// upstreamNode is one configured upstream.
+type upstreamNode struct {
+	index int
+	label string // its index, as metrics and logs name it
+	host  string // its redacted URL, for logs
+	sup   *reconnect.Supervisor
+	// conn is its live connection, nil while it is down; guarded by
+	// Server.mu. dials counts its connections so far; owned by its
+	// supervisor's goroutine.
+	conn  *upstreamConn
+	dials int
+}
+
+// The health requests, under ids no client request can have upstream
+// (the core's upstream ids are numbers).
+const (
+	healthChainID    = `"muxd-health-chain"`
+	healthSubscribe  = `"muxd-health-heads"`
+	healthChainIDReq = `{"jsonrpc":"2.0","id":` + healthChainID + `,"method":"eth_chainId"}`
+	healthHeadsReq   = `{"jsonrpc":"2.0","id":` + healthSubscribe + `,"method":"eth_subscribe","params":["newHeads"]}`
+)
+
+// healthTick is how often the selector is given the time, so that a
+// stalled upstream or a due failback is noticed without other events.
+const healthTick = time.Second
+
+// newNodes builds the upstreams of cfg, most preferred first.
+func newNodes(cfg Config, onDialError func(*upstreamNode)) []*upstreamNode {
+	ups := cfg.Upstreams
+	if len(ups) == 0 {
+		ups = []Upstream{{URL: cfg.Upstream, Header: cfg.UpstreamHeader, Dial: cfg.Dial}}
+	}
+	nodes := make([]*upstreamNode, len(ups))
+	for i, up := range ups {
+		n := &upstreamNode{index: i, label: strconv.Itoa(i), host: reconnect.Redact(up.URL)}
+		dial := up.Dial
+		if dial == nil {
+			dial = reconnect.WebSocketDialer(up.URL, up.Header, cfg.UpstreamReadLimit)
+		}
+		n.sup = reconnect.New(reconnect.Config{
+			Dial:         dial,
+			NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),
+			PingInterval: cfg.PingInterval,
+			PingTimeout:  cfg.PingTimeout,
+			Logger:       cfg.Logger.With("upstream", i),
+			OnDialError:  func(error, time.Duration) { onDialError(n) },
+		})
+		nodes[i] = n
+	}
+	return nodes
+}
+
+// multi reports whether there is more than one upstream, and so health
+// requests and failover.
+func (s *Server) multi() bool { return len(s.nodes) > 1 }
+
+// runNodes runs every upstream's supervisor until ctx is done, and returns
+// the first error other than ctx's, else ctx.Err().
+func (s *Server) runNodes(ctx context.Context) error {
+	errs := make(chan error, len(s.nodes))
+	for _, n := range s.nodes {
+		go func() {
+			errs <- n.sup.Run(ctx, func(ctx context.Context, rc *reconnect.Conn) error {
+				return s.serveUpstream(ctx, n, rc)
+			})
+		}()
+	}
+	var first error
+	for range s.nodes {
+		if err := <-errs; err != nil && first == nil && err != ctx.Err() {
+			first = err
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+// Active returns the index of the active upstream (in Config.Upstreams),
+// -1 while none is.
+func (s *Server) Active() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.up == nil {
+		return -1
+	}
+	return s.up.node.index
+}
+
+// switchover is a change of the active connection made under s.mu, whose
+// effects are applied after it.
+type switchover struct {
+	eff *core.Effects
+	up  *upstreamConn
+}
+
+// decideLocked asks the selector whether the active upstream changes now,
+// and if so makes the change in the core. Caller holds s.mu and applies
+// the result (applySwitch) after releasing it.
+func (s *Server) decideLocked(now time.Time) *switchover {
+	sw, ok := s.sel.Decide(now)
+	if !ok {
+		return nil
+	}
+	var to *upstreamConn
+	if sw.To >= 0 {
+		to = s.nodes[sw.To].conn
+	}
+	if sw.Reason != failover.ReasonFirst {
+		s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
+	}
+	if to == nil {
+		s.log.Warn("no upstream to make active", "from", sw.From, "reason", sw.Reason.String())
+		return nil
+	}
+	eff := new(core.Effects)
+	s.gens++
+	to.gen = s.gens
+	if old := s.up; old != nil {
+		// The old connection drains what it owes and is closed, then
+		// dialled again as a standby: until then it is not a candidate.
+		old.demoted = true
+		s.sel.Lost(old.node.index, now)
+		s.core.UpstreamSwitch(eff, to.gen, now)
+	} else {
+		s.core.UpstreamConnected(eff, to.gen, now)
+	}
+	s.setUp(to)
+	if s.multi() {
+		s.log.Info("upstream active", "upstream", sw.To, "host", to.node.host, "from", sw.From, "reason", sw.Reason.String())
+	}
+	return &switchover{eff, to}
+}
+
+// applySwitch carries out a switchover's effects; nil does nothing.
+func (s *Server) applySwitch(sw *switchover) {
+	if sw != nil {
+		s.apply(sw.eff, sw.up, nil)
+	}
+}
+
+// closeGens closes the connections the core has drained.
+func (s *Server) closeGens(gens []uint64) {
+	var conns []*upstreamConn
+	s.mu.Lock()
+	for _, g := range gens {
+		for _, n := range s.nodes {
+			if n.conn != nil && n.conn.gen == g {
+				conns = append(conns, n.conn)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, u := range conns {
+		u.CloseNow()
+	}
+}
+
+// healthStart sends a new connection's health requests.
+func (s *Server) healthStart(u *upstreamConn) {
+	if s.multi() {
+		u.send([]byte(healthChainIDReq), []byte(healthHeadsReq))
+	}
+}
+
+// health takes the message m of frame if it is one of u's health
+// messages (an answer to a health request, or a push of its newHeads
+// subscription), and reports whether it was. Only u's reader calls it.
+func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
+	if !s.multi() {
+		return false
+	}
+	if m.HasID() {
+		switch string(m.ID.In(frame)) {
+		case healthChainID:
+			s.chainIDAnswered(u, frame, m)
+		case healthSubscribe:
+			if m.Result.Present() {
+				u.healthSub = string(m.Result.In(frame))
+			} else {
+				s.log.Warn("upstream refused muxd's newHeads subscription: its head is unknown", "upstream", u.node.index)
+			}
+		default:
+			return false
+		}
+		return true
+	}
+	if u.healthSub == "" || !m.Subscription.Present() || string(m.Subscription.In(frame)) != u.healthSub {
+		return false
+	}
+	if num, _, _, ok := gapfill.PushedHead(m.Params.In(frame)); ok {
+		now := time.Now()
+		s.mu.Lock()
+		var sw *switchover
+		if !u.demoted && u.node.conn == u {
+			s.sel.Head(u.node.index, num, now)
+			sw = s.decideLocked(now)
+		}
+		s.mu.Unlock()
+		s.applySwitch(sw)
+	}
+	return true
+}
+
+// chainIDAnswered gives the selector u's chain id.
+func (s *Server) chainIDAnswered(u *upstreamConn, frame []byte, m *router.Message) {
+	id := ""
+	if m.Result.Present() {
+		id = string(m.Result.In(frame))
+	}
+	now := time.Now()
+	s.mu.Lock()
+	var sw *switchover
+	if !u.demoted && u.node.conn == u {
+		if !s.sel.ChainID(u.node.index, id, now) {
+			s.metrics.ChainMismatches.WithLabelValues(u.node.label).Inc()
+			s.log.Error("upstream is on another chain (or did not say): it is never used", "upstream", u.node.index, "host", u.node.host, "chain_id", id)
+		}
+		sw = s.decideLocked(now)
+	}
+	s.mu.Unlock()
+	s.applySwitch(sw)
+}
+
+// healthLoop gives the selector the time until ctx is done.
+func (s *Server) healthLoop(ctx context.Context) {
+	t := time.NewTicker(healthTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			sw := s.decideLocked(now)
+			s.mu.Unlock()
+			s.applySwitch(sw)
+		}
+	}
+}
+
+// Ready reports whether muxd can serve: an upstream is active and, with
+// several, at least one is healthy.
+func (s *Server) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.up == nil {
+		return false
+	}
+	return !s.multi() || s.sel.AnyHealthy(time.Now())
+}
+
+// nodeGauges are the per-upstream series, read off the selector when
+// scraped: labelled by index, never by URL.
+func (s *Server) nodeGauges() []prometheus.Collector {
+	var cs []prometheus.Collector
+	for _, n := range s.nodes {
+		read := func(f func(failover.Status) float64) func() float64 {
+			return func() float64 {
+				s.mu.Lock()
+				st := s.sel.Status(n.index, time.Now())
+				s.mu.Unlock()
+				return f(st)
+			}
+		}
+		labels := prometheus.Labels{"upstream": n.label}
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "muxd_upstream_node_connected", Help: "1 while this upstream (by index in the configuration) is connected.", ConstLabels: labels,
+			}, read(func(st failover.Status) float64 { return b2f(st.Connected) })),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "muxd_upstream_node_healthy", Help: "1 while this upstream is healthy: connected, on the chain, at most max_head_lag behind, a head within head_timeout.", ConstLabels: labels,
+			}, read(func(st failover.Status) float64 { return b2f(st.Healthy) })),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "muxd_upstream_node_active", Help: "1 for the upstream that carries client traffic.", ConstLabels: labels,
+			}, read(func(st failover.Status) float64 { return b2f(st.Active) })),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "muxd_upstream_node_head", Help: "The latest head this upstream pushed (0: none yet; only with several upstreams).", ConstLabels: labels,
+			}, read(func(st failover.Status) float64 { return float64(st.Head) })),
+		)
+	}
+	return cs
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
