@@ -21,9 +21,10 @@ import (
 
 // TestFailoverLossless: one geth --dev --dev.period 1 behind two cutProxies
 // A and B, given to muxd as upstreams [A, B]. 20 clients read in closed
-// loops through muxd's WebSocket while a newHeads and a logs subscriber
-// listen and a sender calls the log contract on geth directly. The path
-// through A is cut for 8 blocks, then restored:
+// loops through muxd's WebSocket (five methods of retry_methods, one not)
+// while a newHeads and a logs subscriber listen and a sender calls the log
+// contract on geth directly. The path through A is cut for 8 blocks, then
+// restored:
 //   - muxd makes B active, and A again FailbackAfter after it is back;
 //   - no client connection closes and no subscription fails;
 //   - every read is answered; only reads in flight at the cut may get
@@ -43,10 +44,11 @@ func TestFailoverLossless(t *testing.T) {
 		window = 3 * time.Second
 	)
 	reg := prometheus.NewRegistry()
-	var pa, pb *cutProxy
+	var pa *cutProxy // A; B is never cut
 	h := newHarness(t, func(c *mux.Config) {
 		target := strings.TrimPrefix(c.Upstream, "ws://")
-		pa, pb = newCutProxy(t, target), newCutProxy(t, target)
+		pa = newCutProxy(t, target)
+		pb := newCutProxy(t, target)
 		c.Upstream = ""
 		c.Upstreams = []mux.Upstream{{URL: "ws://" + pa.addr()}, {URL: "ws://" + pb.addr()}}
 		c.ReconnectInitial = 100 * time.Millisecond
@@ -56,9 +58,12 @@ func TestFailoverLossless(t *testing.T) {
 	})
 	base := time.Now() // the run's clock: all times below are since base
 	since := func() time.Duration { return time.Since(base) }
-	if _, _, ok := waitActive(t, h.srv, base, 0, 30*time.Second); !ok {
+	// muxd may start on B, if B answers first, and then fail back to A.
+	startSeen, _, ok := waitActive(t, h.srv, base, 0, 30*time.Second)
+	if !ok {
 		t.FailNow()
 	}
+	t.Logf("start: active %v", startSeen)
 
 	direct := dial(t, h.node.WSURL)
 	from := devAccount(t, direct)
@@ -90,6 +95,9 @@ func TestFailoverLossless(t *testing.T) {
 		t.Fatalf("before the cut: active upstream %d, want 0", a)
 	}
 	activeGauge(t, reg, "before the cut", 0)
+	failoversBefore := failoverCounts(t, h.srv)
+	retried := h.srv.Metrics().Retried
+	retriedBefore := counterValue(t, retried)
 
 	// Cut A: B takes over.
 	cutAt := since()
@@ -104,6 +112,7 @@ func TestFailoverLossless(t *testing.T) {
 	}
 
 	// Restore A: muxd moves back once A has been healthy for FailbackAfter.
+	retriedCut := counterValue(t, retried) - retriedBefore
 	restoreAt := since()
 	pa.restore()
 	seen, backAt, _ := waitActive(t, h.srv, base, 0, failbackAfter+30*time.Second)
@@ -115,6 +124,7 @@ func TestFailoverLossless(t *testing.T) {
 	}
 	activeGauge(t, reg, "after the failback", 0)
 	waitBlock(t, direct, blockNumber(t, direct)+3)
+	retriedFailback := counterValue(t, retried) - retriedBefore - retriedCut
 
 	reads := load.stop()
 	sent := stopSend()
@@ -143,16 +153,23 @@ func TestFailoverLossless(t *testing.T) {
 	checkHeads(t, heads, headsByNumber(t, directHeads.drain()), end)
 	checkLogs(t, direct, logs, filter, start, end)
 
-	failovers := metricValues(t, reg, "muxd_upstream_failovers_total", "reason")
+	// Failovers during the run (a failback at the start is not one).
+	failovers := failoverCounts(t, h.srv)
+	run := map[string]float64{}
+	for reason, v := range failovers {
+		run[reason] = v - failoversBefore[reason]
+	}
 	for reason, want := range map[string]float64{"lost": 1, "failback": 1, "lagging": 0, "stalled": 0} {
-		if failovers[reason] != want {
-			t.Errorf("muxd_upstream_failovers_total{reason=%q} = %v, want %v", reason, failovers[reason], want)
+		if run[reason] != want {
+			t.Errorf("muxd_upstream_failovers_total{reason=%q} went up by %v during the run, want %v (before the cut %s, at the end %s)",
+				reason, run[reason], want, formatValues(failoversBefore), formatValues(failovers))
 		}
 	}
-	t.Logf("summary: reads %d (%s); errored at the cut (-32002, in flight) %d; max read delay from the cut %v, from the failback %v (max read latency overall %v); failovers %s; sent %d transactions",
+	t.Logf("summary: reads %d (%s); errored at the cut (-32002, in flight) %d; max read delay from the cut %v, from the failback %v (max read latency overall %v); failovers in the run %s (since start %s); requests retried at the cut %v, at the failback %v; sent %d transactions",
 		st.total, st.byMethod, st.events[0].errored,
 		st.events[0].maxDelay.Round(time.Millisecond), st.events[1].maxDelay.Round(time.Millisecond),
-		st.maxLatency.Round(time.Millisecond), formatValues(failovers), sent)
+		st.maxLatency.Round(time.Millisecond), formatValues(run), formatValues(failovers),
+		retriedCut, retriedFailback, sent)
 }
 
 // activeSeen is the sequence of Active() values waitActive saw, each with
@@ -268,6 +285,10 @@ func readMix(from, contract string) []readCall {
 			}
 			return ""
 		}},
+		// Not in retry_methods (the five above are): in flight at the
+		// cut it may get -32002; at a failback it stays on the old
+		// upstream, which answers it.
+		{"eth_getBlockTransactionCountByNumber", []any{"latest"}, hexString},
 	}
 }
 
@@ -343,6 +364,7 @@ type readStats struct {
 
 type eventStats struct {
 	around   int           // reads in flight at the event or issued up to window after it
+	inFlight int           // of them, in flight at the event
 	errored  int           // of them, in flight at the event and answered -32002 (allowed)
 	maxDelay time.Duration // the longest answer, from the read's start or the event, whichever is later
 }
@@ -370,6 +392,9 @@ func judgeReads(t *testing.T, reads []read, events []readEvent, maxDelay, window
 			}
 			es := &st.events[i]
 			es.around++
+			if r.start < e.at {
+				es.inFlight++
+			}
 			d := r.end - max(r.start, e.at)
 			es.maxDelay = max(es.maxDelay, d)
 			if d > maxDelay {
@@ -407,8 +432,8 @@ func judgeReads(t *testing.T, reads []read, events []readEvent, maxDelay, window
 	st.byMethod = b.String()
 	for i, e := range events {
 		es := st.events[i]
-		t.Logf("around the %s (at %v): %d reads, %d answered -32002, longest %v", e.name,
-			e.at.Round(time.Millisecond), es.around, es.errored, es.maxDelay.Round(time.Millisecond))
+		t.Logf("around the %s (at %v): %d reads, %d of them in flight at it, %d answered -32002, longest %v", e.name,
+			e.at.Round(time.Millisecond), es.around, es.inFlight, es.errored, es.maxDelay.Round(time.Millisecond))
 	}
 	for _, l := range []struct {
 		what string
@@ -459,6 +484,16 @@ func metricValues(t *testing.T, reg *prometheus.Registry, name, label string) ma
 	}
 	t.Errorf("no metric %s; muxd_upstream metrics: %v", name, have)
 	return nil
+}
+
+// failoverCounts returns muxd_upstream_failovers_total by reason.
+func failoverCounts(t *testing.T, srv *mux.Server) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, reason := range []string{"lost", "lagging", "stalled", "failback"} {
+		out[reason] = counterValue(t, srv.Metrics().Failovers.WithLabelValues(reason))
+	}
+	return out
 }
 
 // activeGauge checks muxd_upstream_node_active: 1 for upstream want, 0 for
