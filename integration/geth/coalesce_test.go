@@ -42,12 +42,7 @@ func TestCoalescedReadsMatchDirect(t *testing.T) {
 	// transaction's receipt be cached), and rounds start on its heads.
 	heads := followHeads(t, via[0])
 
-	contract, _ := minedReceipt(t, direct, sendTx(t, direct, map[string]any{
-		"from": dev, "data": logContract, "gas": "0x30000",
-	}))["contractAddress"].(string)
-	if contract == "" {
-		t.Fatal("deploy receipt without a contract address")
-	}
+	contract := deployLogContract(t, direct, dev)
 	tx := sendTx(t, direct, map[string]any{"from": dev, "to": contract, "data": topicA, "gas": "0x10000"})
 	// Asked through muxd before the block that holds it, the transaction's
 	// receipt is null, which must not be cached: the rounds below ask again
@@ -197,16 +192,6 @@ func fanOut(t *testing.T, clients []*rpc.Client, calls []call) [][]outcome {
 		}
 	}
 	return out
-}
-
-// blockNumber asks c for eth_blockNumber.
-func blockNumber(t *testing.T, c *rpc.Client) uint64 {
-	t.Helper()
-	var n string
-	if err := c.CallContext(ctxT(t, 10*time.Second), &n, "eth_blockNumber"); err != nil {
-		t.Fatalf("eth_blockNumber: %v", err)
-	}
-	return hexNum(t, n)
 }
 
 // headFeed is a newHeads subscription held for a whole test.

@@ -3,13 +3,19 @@
 package gethtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,6 +159,16 @@ func waitBlock(t *testing.T, c *rpc.Client, n uint64) {
 	}
 }
 
+// blockNumber asks c for eth_blockNumber.
+func blockNumber(t *testing.T, c *rpc.Client) uint64 {
+	t.Helper()
+	var n string
+	if err := c.CallContext(ctxT(t, 10*time.Second), &n, "eth_blockNumber"); err != nil {
+		t.Fatalf("eth_blockNumber: %v", err)
+	}
+	return hexNum(t, n)
+}
+
 // sendTx sends tx with eth_sendTransaction on c and returns its hash.
 func sendTx(t *testing.T, c *rpc.Client, tx map[string]any) string {
 	t.Helper()
@@ -217,3 +233,312 @@ func outcomeOf(raw json.RawMessage, err error) (outcome, bool) {
 }
 
 func sameOutcome(a, b outcome) bool { return reflect.DeepEqual(a, b) }
+
+// cutProxy forwards TCP connections to a target and can cut the path:
+// every proxied connection is closed and new ones are refused until it is
+// restored,
+// as when the network between muxd and the node is down.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	conns   map[net.Conn]bool
+	refuse  bool
+	wg      sync.WaitGroup
+	stopped bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *cutProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.refuse || p.stopped {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = true, true
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.copy(up, c)
+		go p.copy(c, up)
+	}
+}
+
+func (p *cutProxy) copy(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// cut closes every proxied connection and refuses new ones until restore.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	p.refuse = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+}
+
+// restore ends a cut: new connections are proxied again.
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	p.refuse = false
+	p.mu.Unlock()
+}
+
+// addr is the proxy's address, host:port.
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) close() {
+	p.mu.Lock()
+	p.stopped = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.ln.Close()
+	p.wg.Wait()
+}
+
+// logContract's runtime emits LOG1 with topic calldata[0:32] and no data:
+//
+//	PUSH1 0 CALLDATALOAD PUSH1 0 PUSH1 0 LOG1 STOP
+//
+// Its init code copies those 9 bytes to memory and returns them.
+const logContract = "0x6009600c60003960096000f3" + "60003560006000a100"
+
+var (
+	topicA = "0x" + strings.Repeat("0", 63) + "a"
+	topicB = "0x" + strings.Repeat("0", 63) + "b"
+)
+
+type gapSub struct {
+	name string
+	ch   chan json.RawMessage
+	sub  *rpc.ClientSubscription
+}
+
+func subscribeGap(t *testing.T, c *rpc.Client, name string, args ...any) *gapSub {
+	t.Helper()
+	s := &gapSub{name: name, ch: make(chan json.RawMessage, 100000)}
+	sub, err := c.EthSubscribe(ctxT(t, 10*time.Second), s.ch, args...)
+	if err != nil {
+		t.Fatalf("%s: eth_subscribe: %v", name, err)
+	}
+	s.sub = sub
+	t.Cleanup(sub.Unsubscribe)
+	return s
+}
+
+// drain returns what s has received so far.
+func (s *gapSub) drain() []json.RawMessage {
+	var out []json.RawMessage
+	for {
+		select {
+		case m := <-s.ch:
+			out = append(out, m)
+		default:
+			return out
+		}
+	}
+}
+
+type headFields struct {
+	Number     string `json:"number"`
+	Hash       string `json:"hash"`
+	ParentHash string `json:"parentHash"`
+}
+
+type logFields struct {
+	BlockNumber string `json:"blockNumber"`
+	BlockHash   string `json:"blockHash"`
+	LogIndex    string `json:"logIndex"`
+	TxHash      string `json:"transactionHash"`
+	Removed     bool   `json:"removed"`
+}
+
+func hexNum(t *testing.T, s string) uint64 {
+	n, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+	if err != nil {
+		t.Fatalf("bad quantity %q", s)
+	}
+	return n
+}
+
+// deployLogContract deploys logContract from the account from over c and
+// returns the contract's address once it is mined.
+func deployLogContract(t *testing.T, c *rpc.Client, from string) string {
+	t.Helper()
+	addr, _ := minedReceipt(t, c, sendTx(t, c, map[string]any{
+		"from": from, "data": logContract, "gas": "0x30000",
+	}))["contractAddress"].(string)
+	if addr == "" {
+		t.Fatal("deploy receipt without a contract address")
+	}
+	return addr
+}
+
+// startLogSender calls contract from the account from over c every 250 ms,
+// topics A and B in turn, so that every block or two holds a log. The
+// returned stop ends it and returns how many transactions were accepted;
+// it also runs at cleanup.
+func startLogSender(t *testing.T, c *rpc.Client, from, contract string) (stop func() int) {
+	stopSend := make(chan struct{})
+	sendDone := make(chan int, 1)
+	go func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		n := 0
+		for {
+			select {
+			case <-stopSend:
+				sendDone <- n
+				return
+			case <-tick.C:
+			}
+			topic := topicA
+			if n%2 == 1 {
+				topic = topicB
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			var tx string
+			if err := c.CallContext(ctx, &tx, "eth_sendTransaction", map[string]any{
+				"from": from, "to": contract, "data": topic, "gas": "0x10000",
+			}); err == nil {
+				n++
+			}
+			cancel()
+		}
+	}()
+	var once sync.Once
+	sent := 0
+	stop = func() int {
+		once.Do(func() {
+			close(stopSend)
+			sent = <-sendDone
+		})
+		return sent
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// headsByNumber indexes newHeads pushes by block number.
+func headsByNumber(t *testing.T, pushes []json.RawMessage) map[uint64][]byte {
+	t.Helper()
+	out := map[uint64][]byte{}
+	for _, m := range pushes {
+		var f headFields
+		if err := json.Unmarshal(m, &f); err != nil {
+			t.Fatalf("head push %s: %v", m, err)
+		}
+		out[hexNum(t, f.Number)] = m
+	}
+	return out
+}
+
+// checkHeads checks what the newHeads subscription s has received: heads
+// strictly consecutive with chained parent hashes (no gap, no duplicate),
+// up to block end at least, each byte-identical to geth's own push of the
+// same block in direct (by number) where direct has it.
+func checkHeads(t *testing.T, s *gapSub, direct map[uint64][]byte, end uint64) {
+	t.Helper()
+	got := s.drain()
+	var prev headFields
+	compared := 0
+	for i, m := range got {
+		var f headFields
+		if err := json.Unmarshal(m, &f); err != nil {
+			t.Fatalf("%s: head %d: %v", s.name, i, err)
+		}
+		if i > 0 && (hexNum(t, f.Number) != hexNum(t, prev.Number)+1 || f.ParentHash != prev.Hash) {
+			t.Fatalf("%s: head %s (parent %s) after %s (%s): not consecutive", s.name, f.Number, f.ParentHash, prev.Number, prev.Hash)
+		}
+		if d, ok := direct[hexNum(t, f.Number)]; ok {
+			if !bytes.Equal(d, m) {
+				t.Errorf("%s: head %s differs from geth's own push:\nmuxd %s\ngeth %s", s.name, f.Number, m, d)
+			}
+			compared++
+		}
+		prev = f
+	}
+	if len(got) == 0 || hexNum(t, prev.Number) < end {
+		t.Fatalf("%s: %d heads, last %s, want up to at least %d", s.name, len(got), prev.Number, end)
+	}
+	t.Logf("%s: %d consecutive heads, %d compared byte for byte with geth's", s.name, len(got), compared)
+}
+
+// checkLogs checks what the logs subscription s on filter has received
+// against eth_getLogs on c from block start to end: each log once, none
+// removed, none missing, none that eth_getLogs does not report.
+func checkLogs(t *testing.T, c *rpc.Client, s *gapSub, filter map[string]any, start string, end uint64) {
+	t.Helper()
+	q := map[string]any{"fromBlock": start, "toBlock": fmt.Sprintf("0x%x", end)}
+	for k, v := range filter {
+		q[k] = v
+	}
+	var want []logFields
+	if err := c.CallContext(ctxT(t, 10*time.Second), &want, "eth_getLogs", q); err != nil {
+		t.Fatalf("eth_getLogs: %v", err)
+	}
+	wantSet := map[string]bool{}
+	for _, l := range want {
+		wantSet[l.BlockHash+"/"+l.LogIndex] = true
+	}
+	seen := map[string]bool{}
+	for _, m := range s.drain() {
+		var l logFields
+		_ = json.Unmarshal(m, &l)
+		k := l.BlockHash + "/" + l.LogIndex
+		if l.Removed {
+			t.Errorf("%s: removed log %s (no reorg in --dev)", s.name, k)
+		}
+		if seen[k] {
+			t.Errorf("%s: log %s delivered twice", s.name, k)
+		}
+		seen[k] = true
+		if hexNum(t, l.BlockNumber) <= end && !wantSet[k] {
+			t.Errorf("%s: log %s not in eth_getLogs", s.name, k)
+		}
+	}
+	missing := 0
+	for k := range wantSet {
+		if !seen[k] {
+			missing++
+		}
+	}
+	if missing > 0 || len(want) == 0 {
+		t.Errorf("%s: %d of %d logs of eth_getLogs never delivered", s.name, missing, len(want))
+	}
+	t.Logf("%s: %d logs, as eth_getLogs", s.name, len(want))
+}
