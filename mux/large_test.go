@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -155,7 +156,13 @@ func TestLargeAnswerPastReadLimit(t *testing.T) {
 func TestSlowClientLargeAnswer(t *testing.T) {
 	t.Parallel()
 	const answer = 32e6
-	h, _ := newLargeHarness(t, 64, func(c *Config) { c.OutboundQueueBytes = 40 << 20 })
+	h, _ := newLargeHarness(t, 64, func(c *Config) {
+		c.OutboundQueueBytes = 40 << 20
+		// Not a test of deadlines: on a loaded machine a 32 MB answer
+		// may take longer than the harness's 10 s, and the second call
+		// would then time out instead of being queued.
+		c.RequestTimeout = 2 * time.Minute
+	})
 	m := h.srv.Metrics()
 	slow := h.dialSlow(t)
 	good := h.dial(t)
