@@ -46,7 +46,11 @@
 // Decide, in order:
 //
 //  1. No active: choose(); a result >= 0 is a Switch with reason first, or
-//     lost when the last active was lost with nothing to replace it.
+//     lost when the last active was lost with nothing to replace it. At
+//     start (no upstream ever active), for Config.StartWait from the first
+//     event, the result waits while a more preferred upstream has not been
+//     tried: its chain id judged, its connection lost, or a dial failed
+//     (Unreachable).
 //  2. The active is not eligible (lost, chain id mismatch): choose(),
 //     reason lost. To may be -1.
 //  3. The active is stalled or lagging and another upstream is healthy:

@@ -20,6 +20,13 @@ type Config struct {
 	// FailbackAfter is how long the preferred upstream must have been
 	// healthy before it is made active again; <= 0: never.
 	FailbackAfter time.Duration
+	// StartWait is how long, at start (no upstream active yet, ever), a
+	// less preferred upstream is held back while a more preferred one has
+	// not been tried yet (connected and its chain id judged, or a dial
+	// failed: Unreachable), so that muxd starts on the preferred upstream
+	// instead of whichever answered first and failing back later. 0: no
+	// wait.
+	StartWait time.Duration
 	// ChainID, when set, is the chain id (a hex quantity) every upstream
 	// must report; "": the first one reported becomes the reference.
 	ChainID string
@@ -113,6 +120,11 @@ type Selector struct {
 	// -1 because the last active was lost.
 	active     int
 	lostActive bool
+	// everActive: an upstream has been active; start is the time of the
+	// first event, and tried[i] says upstream i was tried (StartWait).
+	everActive bool
+	start      time.Time
+	tried      []bool
 }
 
 // New returns a Selector with every upstream disconnected and none active.
@@ -135,7 +147,7 @@ func New(cfg Config) (*Selector, error) {
 		}
 		ref = n
 	}
-	return &Selector{cfg: cfg, ups: ups, ref: ref, active: -1}, nil
+	return &Selector{cfg: cfg, ups: ups, ref: ref, active: -1, tried: make([]bool, cfg.Upstreams)}, nil
 }
 
 // get returns upstream i, nil when i is out of range.
@@ -173,6 +185,7 @@ func (s *Selector) ChainID(i int, id string, now time.Time) bool {
 		return false
 	}
 	s.observe(now)
+	s.tried[i] = true
 	n, ok := normalizeChainID(id)
 	switch {
 	case !ok:
@@ -233,8 +246,21 @@ func (s *Selector) Lost(i int, now time.Time) {
 		return
 	}
 	s.observe(now)
+	if u.connected {
+		s.tried[i] = true
+	}
 	u.connected = false
 	s.observe(now)
+}
+
+// Unreachable reports that a dial of upstream i failed: it has been tried
+// (see Config.StartWait) and stays disconnected.
+func (s *Selector) Unreachable(i int, now time.Time) {
+	if s.get(i) == nil {
+		return
+	}
+	s.observe(now)
+	s.tried[i] = true
 }
 
 // Active returns the active upstream's index, -1 when none is.
@@ -251,7 +277,7 @@ func (s *Selector) Decide(now time.Time) (Switch, bool) {
 	switch {
 	case a == nil:
 		to := s.choose()
-		if to < 0 {
+		if to < 0 || s.holdAtStart(to, now) {
 			return none, false
 		}
 		r := ReasonFirst
@@ -285,8 +311,25 @@ func (s *Selector) Decide(now time.Time) (Switch, bool) {
 	return s.switchTo(p, ReasonFailback), true
 }
 
+// holdAtStart reports whether upstream to must wait at start because a
+// more preferred upstream has not been tried yet (Config.StartWait).
+func (s *Selector) holdAtStart(to int, now time.Time) bool {
+	if s.everActive || s.cfg.StartWait <= 0 || now.Sub(s.start) >= s.cfg.StartWait {
+		return false
+	}
+	for i := range to {
+		if !s.tried[i] {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Selector) switchTo(to int, r Reason) Switch {
 	sw := Switch{From: s.active, To: to, Reason: r}
+	if to >= 0 {
+		s.everActive = true
+	}
 	s.active = to
 	s.lostActive = to < 0
 	return sw
@@ -372,6 +415,9 @@ func (s *Selector) why(u *upstream, now time.Time, best uint64) string {
 // observe evaluates every upstream's health at now, restarting
 // healthySince for each that became healthy.
 func (s *Selector) observe(now time.Time) {
+	if s.start.IsZero() {
+		s.start = now
+	}
 	best, _ := s.best()
 	for i := range s.ups {
 		u := &s.ups[i]

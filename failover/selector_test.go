@@ -558,3 +558,60 @@ func TestConfiguredChainID(t *testing.T) {
 		t.Errorf("Decide = %v %v, want upstream 1 active", sw, ok)
 	}
 }
+
+// TestStartWait: at start a less preferred upstream waits (up to
+// StartWait) for every more preferred one to be tried: judged by its
+// chain id, gone, or unreachable.
+func TestStartWait(t *testing.T) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	newSel := func() *Selector {
+		s, err := New(Config{Upstreams: 3, HeadTimeout: time.Minute, StartWait: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	type ev func(s *Selector)
+	connect := func(i int) ev {
+		return func(s *Selector) { s.Connected(i, at(0)); s.ChainID(i, "0x1", at(0)) }
+	}
+	tests := []struct {
+		name   string
+		events []ev
+		decide int // ms
+		want   int // active after Decide; -1 none
+	}{
+		{"preferred not tried yet: wait", []ev{connect(1)}, 100, -1},
+		{"preferred connected, chain id not known yet: wait", []ev{connect(1), func(s *Selector) { s.Connected(0, at(0)) }}, 100, -1},
+		{"preferred judged: it wins", []ev{connect(1), connect(0)}, 100, 0},
+		{"preferred unreachable: next one", []ev{connect(1), func(s *Selector) { s.Unreachable(0, at(0)) }}, 100, 1},
+		{"preferred on another chain: next one", []ev{connect(1), func(s *Selector) { s.Connected(0, at(0)); s.ChainID(0, "0x2", at(0)) }}, 100, 1},
+		{"preferred connected and gone: next one", []ev{connect(1), func(s *Selector) { s.Connected(0, at(0)); s.Lost(0, at(0)) }}, 100, 1},
+		{"a less preferred one waits for both above it", []ev{connect(2), func(s *Selector) { s.Unreachable(0, at(0)) }}, 100, -1},
+		{"the wait ends", []ev{connect(1)}, 2000, 1},
+		{"the most preferred never waits", []ev{connect(0)}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSel()
+			for _, e := range tt.events {
+				e(s)
+			}
+			s.Decide(at(tt.decide))
+			if s.Active() != tt.want {
+				t.Errorf("active %d, want %d", s.Active(), tt.want)
+			}
+		})
+	}
+	// After the first upstream was active, nothing waits any more.
+	s := newSel()
+	connect(0)(s)
+	s.Decide(at(0))
+	s.Lost(0, at(10))
+	s.Connected(1, at(10))
+	s.ChainID(1, "0x1", at(10))
+	if sw, ok := s.Decide(at(20)); !ok || sw.To != 1 {
+		t.Errorf("after a loss: Decide = %v %v, want upstream 1 at once", sw, ok)
+	}
+	s.Unreachable(-1, at(20)) // ignored
+}

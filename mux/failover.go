@@ -48,12 +48,17 @@ const (
 	healthHeadsReq   = `{"jsonrpc":"2.0","id":` + healthSubscribe + `,"method":"eth_subscribe","params":["newHeads"]}`
 )
 
+// startWait is how long muxd, at start, holds a less preferred upstream
+// back while a more preferred one has not been tried (failover.Config's
+// StartWait): a node that answers its dial at all is judged well within it.
+const startWait = 2 * time.Second
+
 // healthTick is how often the selector is given the time, so that a
 // stalled upstream or a due failback is noticed without other events.
 const healthTick = time.Second
 
 // newNodes builds the upstreams of cfg, most preferred first.
-func newNodes(cfg Config) []*upstreamNode {
+func newNodes(cfg Config, unreachable func(*upstreamNode)) []*upstreamNode {
 	ups := cfg.Upstreams
 	if len(ups) == 0 {
 		ups = []Upstream{{URL: cfg.Upstream, Header: cfg.UpstreamHeader, Dial: cfg.Dial}}
@@ -71,6 +76,7 @@ func newNodes(cfg Config) []*upstreamNode {
 			PingInterval: cfg.PingInterval,
 			PingTimeout:  cfg.PingTimeout,
 			Logger:       cfg.Logger.With("upstream", n.label),
+			OnDialError:  func(error, time.Duration) { unreachable(n) },
 		})
 		nodes[i] = n
 	}
@@ -142,7 +148,7 @@ func (s *Server) decideLocked(now time.Time) *switchover {
 	if sw.To >= 0 {
 		to = s.nodes[sw.To].conn
 	}
-	if sw.Reason != failover.ReasonFirst {
+	if sw.Reason != failover.ReasonFirst && sw.To >= 0 {
 		s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
 	}
 	if to == nil {
@@ -190,8 +196,20 @@ func (s *Server) closeGens(gens []uint64) {
 	}
 	s.mu.Unlock()
 	for _, u := range conns {
+		u.retired.Store(true)
 		u.CloseNow()
 	}
+}
+
+// dialFailed tells the selector that a dial of n failed, which ends the
+// wait at start for it (startWait).
+func (s *Server) dialFailed(n *upstreamNode) {
+	now := time.Now()
+	s.mu.Lock()
+	s.sel.Unreachable(n.index, now)
+	sw := s.decideLocked(now)
+	s.mu.Unlock()
+	s.applySwitch(sw)
 }
 
 // healthStart sends a new connection's health requests.

@@ -107,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
-	s.nodes = newNodes(cfg)
+	s.nodes = newNodes(cfg, s.dialFailed)
 	failback := cfg.FailbackAfter
 	if failback < 0 {
 		failback = 0 // never
@@ -118,6 +118,7 @@ func New(cfg Config) (*Server, error) {
 		HeadTimeout:   cfg.HeadTimeout,
 		FailbackAfter: failback,
 		ChainID:       cfg.ChainID,
+		StartWait:     startWait,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)

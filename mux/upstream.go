@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -26,6 +27,9 @@ type upstreamConn struct {
 	// from it (it drains, then is closed); both guarded by srv.mu.
 	gen     uint64
 	demoted bool
+	// retired is set when muxd closes the connection on purpose (drained
+	// after a switch), so that its end is not reported as a loss.
+	retired atomic.Bool
 	// healthSub is the node's id of muxd's newHeads health subscription
 	// (raw JSON), owned by the reader.
 	healthSub string
@@ -80,6 +84,9 @@ func (s *Server) serveUpstream(ctx context.Context, n *upstreamNode, rc *reconne
 
 	err := s.readUpstream(ctx, u)
 	s.upstreamLost(u)
+	if u.retired.Load() {
+		return fmt.Errorf("%w (drained after a switch): %w", reconnect.ErrRetired, err)
+	}
 	return err
 }
 

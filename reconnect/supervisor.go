@@ -12,6 +12,11 @@ import (
 	"github.com/coder/websocket"
 )
 
+// ErrRetired is what serve returns (wrapped) when its caller closed a
+// healthy connection on purpose: Run logs it as routine, not as a loss, and
+// dials again after the initial backoff.
+var ErrRetired = errors.New("connection retired")
+
 // Conn is one live upstream connection, valid until the serve call it was passed to
 // returns. The embedded *websocket.Conn follows coder/websocket's rules: at most one
 // reader at a time, writes are safe for concurrent use.
@@ -89,11 +94,16 @@ func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if lived >= s.cfg.HealthyAfter {
+		retired := errors.Is(err, ErrRetired)
+		if lived >= s.cfg.HealthyAfter || retired {
 			b.Reset()
 		}
 		next := b.NextBackOff()
-		s.log.Warn("upstream lost", "gen", c.Gen, "err", err, "lived", lived, "retry_in", next)
+		if retired {
+			s.log.Info("upstream connection retired", "gen", c.Gen, "lived", lived, "redial_in", next)
+		} else {
+			s.log.Warn("upstream lost", "gen", c.Gen, "err", err, "lived", lived, "retry_in", next)
+		}
 		if next == backoff.Stop {
 			return fmt.Errorf("reconnect: giving up after losing upstream: %w", err)
 		}

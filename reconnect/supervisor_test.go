@@ -3,6 +3,7 @@ package reconnect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -90,10 +91,12 @@ func TestRunResetsBackoffAfterHealthyConnection(t *testing.T) {
 	tests := []struct {
 		name         string
 		healthyAfter time.Duration
+		retired      bool     // serve reports the connection retired (ErrRetired)
 		want         []string // backoff calls after losing two connections
 	}{
-		{"healthy", time.Nanosecond, []string{"reset", "next", "reset", "next"}},
-		{"short-lived", time.Hour, []string{"next", "next"}},
+		{"healthy", time.Nanosecond, false, []string{"reset", "next", "reset", "next"}},
+		{"short-lived", time.Hour, false, []string{"next", "next"}},
+		{"short-lived but retired on purpose", time.Hour, true, []string{"reset", "next", "reset", "next"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,7 +115,11 @@ func TestRunResetsBackoffAfterHealthyConnection(t *testing.T) {
 					<-ctx.Done() // stay up until Run is stopped
 					return ctx.Err()
 				}
-				return readUntilError(ctx, c)
+				err := readUntilError(ctx, c)
+				if tt.retired {
+					err = fmt.Errorf("%w: %w", ErrRetired, err)
+				}
+				return err
 			})
 			recv(t, third)
 			stop()
