@@ -496,8 +496,9 @@ func failoverCounts(t *testing.T, srv *mux.Server) map[string]float64 {
 	return out
 }
 
-// activeGauge checks muxd_upstream_node_active: 1 for upstream want, 0 for
-// the other of the two.
+// activeGauge checks muxd_upstream_node_active: 1 for upstream want (an
+// index into Upstreams), 0 for the other of the two. Labels number the
+// upstreams from 1.
 func activeGauge(t *testing.T, reg *prometheus.Registry, when string, want int) {
 	t.Helper()
 	got := metricValues(t, reg, "muxd_upstream_node_active", "upstream")
@@ -506,8 +507,8 @@ func activeGauge(t *testing.T, reg *prometheus.Registry, when string, want int) 
 		if u == want {
 			w = 1
 		}
-		if v := got[fmt.Sprint(u)]; v != w {
-			t.Errorf("%s: muxd_upstream_node_active{upstream=\"%d\"} = %v, want %v (all: %s)", when, u, v, w, formatValues(got))
+		if v := got[fmt.Sprint(u+1)]; v != w {
+			t.Errorf("%s: muxd_upstream_node_active{upstream=\"%d\"} = %v, want %v (all: %s)", when, u+1, v, w, formatValues(got))
 		}
 	}
 }
