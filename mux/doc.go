@@ -23,6 +23,11 @@
 //     (core.UpstreamFrame), in arrival order; the core finds the pending
 //     request or the subscription and says which clients get what. When the
 //     connection is lost the core discards its pending table whole.
+//   - failover.go runs one such connection per configured upstream, each
+//     with its own supervisor; package failover picks the active one from
+//     their health (chain id, heads), and the core moves the traffic when
+//     it changes (core.UpstreamSwitch). With one upstream it is simply
+//     active whenever connected.
 //   - apply.go carries out what the core decided (core.Effects): answers
 //     get their client's id spliced in, a large answer is handed to its
 //     client in the buffer it was read into (buffers.go's framePool), a
