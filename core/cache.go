@@ -291,6 +291,9 @@ func (c *Core) headPushed(e *Effects, params []byte, now time.Time) {
 	if !ok {
 		return
 	}
+	if c.cfg.ReportHeads {
+		e.Head = h.number
+	}
 	ch := c.heads.observe(h)
 	if !ch.fresh {
 		return

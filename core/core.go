@@ -41,6 +41,10 @@ type Config struct {
 	// CacheBytes bounds the cache of answers that cannot change
 	// (cache.go); <= 0: off.
 	CacheBytes int
+	// ReportHeads makes every newHeads push routed on the current
+	// connection report its block number in Effects.Head (the shell's
+	// failover compares it with other nodes' heads).
+	ReportHeads bool
 	// NewSubscriptionID returns a fresh client subscription id, a JSON
 	// string (quotes included). Subscription ids are the one input the
 	// core cannot derive from its events: the shell draws them at random.

@@ -29,6 +29,10 @@ type Effects struct {
 	Gen        uint64   // the connection Upstream is for
 	Upstream   [][]byte // frames to write upstream, in order
 	Notes      []Note
+	// Head is the number of the newHeads push this event routed to
+	// clients from the current connection (0: none), with
+	// Config.ReportHeads.
+	Head uint64
 	// Close lists connections the shell should close: one muxd switched
 	// away from that owes nothing more (UpstreamSwitch).
 	Close []uint64
@@ -48,6 +52,7 @@ func (e *Effects) Reset() {
 	clear(e.Notes)
 	e.Notes = e.Notes[:0]
 	e.Close = e.Close[:0]
+	e.Head = 0
 	e.Idle = false
 }
 

@@ -229,7 +229,7 @@ func (c *Core) push(e *Effects, frame []byte, m *router.Message, now time.Time) 
 		c.drop(e, DropUnknownSubscription, "upstream push for a subscription nobody holds", "gen", c.gen)
 		return
 	}
-	if isNewHeadsKey(sh.key) && (len(c.coalesce) > 0 || c.cache.max > 0) {
+	if isNewHeadsKey(sh.key) && (len(c.coalesce) > 0 || c.cache.max > 0 || c.cfg.ReportHeads) {
 		c.headPushed(e, m.Params.In(frame), now)
 	}
 	elem := frame[m.Start:m.End]

@@ -247,15 +247,25 @@ func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
 	if num, _, _, ok := gapfill.PushedHead(m.Params.In(frame)); ok {
 		now := time.Now()
 		s.mu.Lock()
-		var sw *switchover
-		if !u.demoted && u.node.conn == u {
-			s.sel.Head(u.node.index, num, now)
-			sw = s.decideLocked(now)
-		}
+		sw := s.headSeenLocked(u, num, now)
 		s.mu.Unlock()
 		s.applySwitch(sw)
 	}
 	return true
+}
+
+// headSeenLocked gives the selector head num of connection u, when it is
+// higher than any u showed before: geth pushes each subscription on its
+// own, so muxd's health subscription may tell of a head after a client's
+// newHeads subscription did, and a failback must never go to a node behind
+// what clients were sent. Caller holds s.mu and applies the result.
+func (s *Server) headSeenLocked(u *upstreamConn, num uint64, now time.Time) *switchover {
+	if u.demoted || u.node.conn != u || num <= u.head {
+		return nil
+	}
+	u.head = num
+	s.sel.Head(u.node.index, num, now)
+	return s.decideLocked(now)
 }
 
 // chainIDAnswered gives the selector u's chain id.

@@ -95,6 +95,7 @@ func New(cfg Config) (*Server, error) {
 		BackfillBlocks:    backfill,
 		CoalesceMethods:   cfg.CoalesceMethods,
 		CacheBytes:        max(cfg.CacheBytes, 0),
+		ReportHeads:       len(cfg.Upstreams) > 1,
 		NewSubscriptionID: newSubscriptionID,
 		Observer:          observer{s.metrics},
 	})

@@ -27,6 +27,9 @@ type upstreamConn struct {
 	// from it (it drains, then is closed); both guarded by srv.mu.
 	gen     uint64
 	demoted bool
+	// head is the highest block number this connection has shown, through
+	// muxd's health subscription or pushes to clients; guarded by srv.mu.
+	head uint64
 	// retired is set when muxd closes the connection on purpose (drained
 	// after a switch), so that its end is not reported as a loss.
 	retired atomic.Bool
@@ -148,8 +151,15 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	s.mu.Lock()
 	s.core.UpstreamFrame(u.eff, u.gen, frame, f, err, now)
 	cur := s.up // answers on a draining connection may send on the active one
+	var sw *switchover
+	if u.eff.Head != 0 && u == cur {
+		// A head clients were sent: the active node's head is at least
+		// that, whatever its health subscription has said so far.
+		sw = s.headSeenLocked(u, u.eff.Head, now)
+	}
 	s.mu.Unlock()
 	clear(u.msgs)
+	defer s.applySwitch(sw)
 	if s.handOff(u, cur, buf) {
 		return true
 	}
