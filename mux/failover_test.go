@@ -905,3 +905,107 @@ func TestFailoverScenarios(t *testing.T) {
 		})
 	}
 }
+
+// TestFailbackBehindDeliveredHead: failback must not move clients to a
+// node that lacks a block they have seen in newHeads (failover's rule 4:
+// "p's head >= the active's, so a block a client saw in newHeads can be
+// read on p"). Node 1, active, pushes block 12 to the client's newHeads
+// subscription before its push to muxd's health subscription (geth pushes
+// each subscription on its own, in no set order); node 0, preferred and
+// healthy for longer than failback_after, is at block 11 — level with the
+// head muxd's health subscription last told of node 1, behind the one the
+// client has. muxd must stay on node 1 until node 0 has block 12.
+func TestFailbackBehindDeliveredHead(t *testing.T) {
+	t.Parallel()
+	const failback = 300 * time.Millisecond
+	f := newFailNet(t, 2, func(c *Config) { c.FailbackAfter = failback }, nil)
+	n0, n1 := f.nodes[0], f.nodes[1]
+	var mu sync.Mutex
+	healthSub := "" // node 1's id of muxd's health subscription
+	n1.SetHandler(func(fc *testnode.Conn, r testnode.Req) {
+		if r.Method == "eth_subscribe" && string(r.ID) == healthSubscribe {
+			id := fc.Subscribe(r)
+			mu.Lock()
+			healthSub = id
+			mu.Unlock()
+			return
+		}
+		n1.Handle(fc, r)
+	})
+	n0.Refuse(true)
+	f.start()
+	waitActive(t, f.srv, 1)
+
+	heads := f.dial(t)
+	req := f.dial(t)
+	sub := heads.subscribe(`["newHeads"]`)
+	conn := n1.Conn(t, 1)
+	var clientSub string
+	for id := range conn.WaitLiveSubs(t, 2) {
+		mu.Lock()
+		if id != healthSub {
+			clientSub = id
+		}
+		mu.Unlock()
+	}
+	gotHead := func(h uint64) {
+		t.Helper()
+		want := compact(f.chain.Block(h).HeaderJSON())
+		heads.await(fmt.Sprintf("head %d", h), func(fs []resp) bool {
+			r, _ := pushed(fs, sub)
+			return slices.Contains(r, want)
+		}, func(fs []resp) string { r, _ := pushed(fs, sub); return headSummary(r) })
+	}
+	n1.Advance() // 11, to both subscriptions
+	f.waitSelected(1, 11)
+	gotHead(11)
+
+	// Node 0 comes up at block 10, healthy; without a head of its own
+	// it is not failed back to.
+	n0.Refuse(false)
+	f.waitHealth(0, 1)
+	staysActive(t, f.srv, 1, 2*failback)
+
+	// Block 12 reaches the client from node 1; node 1's push of it to
+	// muxd's health subscription is still to come.
+	n1.SetHead(12)
+	if err := conn.Push(clientSub, string(f.chain.Block(12).HeaderJSON())); err != nil {
+		t.Fatal(err)
+	}
+	gotHead(12)
+	n0.Advance() // node 0 at 11
+	f.waitSelected(0, 11)
+
+	// Give failback a health tick to happen, then read what the client
+	// saw.
+	deadline := time.After(healthTick + 500*time.Millisecond)
+	for {
+		_, ch := f.srv.Connected()
+		if a := f.srv.Active(); a != 1 {
+			r := req.call(`"b12"`, "eth_getBlockByNumber", `["0xc",false]`)
+			t.Fatalf("failback to node %d at block %d while the newHeads subscriber has block 12 from node 1: "+
+				"eth_getBlockByNumber(12) now answers %s (the selector compared node 0's head with the head of node 1's "+
+				"health subscription, 11, not with the head delivered to clients, 12)", a, n0.Head(), r.Raw)
+		}
+		select {
+		case <-ch:
+			continue
+		case <-deadline:
+		}
+		break
+	}
+
+	// Node 1's health push of 12 comes; node 0 gets 12 too: failback,
+	// and block 12 is served.
+	mu.Lock()
+	hs := healthSub
+	mu.Unlock()
+	if err := conn.Push(hs, string(f.chain.Block(12).HeaderJSON())); err != nil {
+		t.Fatal(err)
+	}
+	n0.Advance()
+	waitActive(t, f.srv, 0)
+	if r := req.call(`"b12"`, "eth_getBlockByNumber", `["0xc",false]`); compact(r.Result) != compact(f.chain.Block(12).JSON()) {
+		t.Errorf("block 12 after failback: %s", r.Raw)
+	}
+}
