@@ -118,12 +118,6 @@ func (f *failNet) advance(nodes ...int) {
 	}
 }
 
-// latest returns node i's latest connection, waiting for it to be made.
-func (f *failNet) latest(i int) *testnode.Conn {
-	n := f.nodes[i]
-	return n.Conn(f.t, max(n.NumConns(), 1))
-}
-
 // waitHealth waits until node i's connection k (1-based) has answered
 // muxd's health requests: its chain id, and its newHeads subscription live.
 func (f *failNet) waitHealth(i, k int) *testnode.Conn {
@@ -174,8 +168,9 @@ func (f *failNet) drop(i int) {
 	}
 }
 
-// holdOn makes node i hold the requests match selects until the test takes
-// them from the returned Holder; it serves the rest from the chain.
+// holdOn makes node i hold the clients' requests of methods until the
+// test takes them from the returned Holder; it serves the rest from the
+// chain.
 func (f *failNet) holdOn(i int, methods ...string) *testnode.Holder {
 	n := f.nodes[i]
 	h := testnode.NewHolder(methods...)
