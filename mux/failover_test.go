@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/muxd/muxd/failover"
 	"github.com/muxd/muxd/internal/testnode"
@@ -454,6 +455,17 @@ func (p *activePath) get() []int {
 	return slices.Clone(p.path)
 }
 
+// seriesTotal is the sum of every series of v.
+func seriesTotal(v *prometheus.CounterVec) float64 {
+	ch := make(chan prometheus.Metric)
+	go func() { v.Collect(ch); close(ch) }()
+	total := 0.0
+	for m := range ch {
+		total += counterValue(m)
+	}
+	return total
+}
+
 // staysActive fails the test if upstream i stops being active within d.
 func staysActive(t *testing.T, srv *Server, i int, d time.Duration) {
 	t.Helper()
@@ -604,6 +616,40 @@ func TestFailoverScenarios(t *testing.T) {
 			},
 			path:      []int{0, 2},
 			failovers: map[failover.Reason]float64{failover.ReasonLost: 1},
+		},
+		{
+			// Three nodes, two switches in a row. Node 0 stops with a
+			// transaction in flight: node 1 is active (lagging) and node
+			// 0 drains. Node 1 never answers the logs backfill it is
+			// asked and stops too: node 2 is active (lagging). The
+			// second switch gives up the connection still draining (the
+			// transaction gets -32002) and the backfill left on node 1;
+			// node 2 fills the subscribers' gaps.
+			name:  "lagging twice, a drain and a backfill in flight",
+			nodes: 3,
+			run: func(t *testing.T, f *failNet, c clients) []int {
+				tx := f.holdOn(0, "eth_sendRawTransaction")
+				c.req.send(sendTx)
+				tx.TakeN(t, 1)
+				getLogs := f.holdOn(1, "eth_getLogs")
+				f.advance(1, 2, 1, 2, 1) // node 1 alone at the best head
+				waitActive(t, f.srv, 1)
+				f.advance(2)
+				getLogs.TakeN(t, 1)
+				if c.req.answered(`"tx"`) || f.nodes[0].Conn(t, 1).Closed() {
+					t.Fatal("node 0 did not keep the transaction to drain")
+				}
+				f.advance(2, 2, 2)
+				waitActive(t, f.srv, 2)
+				r := c.req.answer(`"tx"`)
+				wantError(t, r, `"tx"`, -32002, "upstream unavailable")
+				if r.reason() != "connection lost" {
+					t.Errorf("transaction left to drain: got %s, want reason connection lost", r.Raw)
+				}
+				return []int{2}
+			},
+			path:      []int{0, 1, 2},
+			failovers: map[failover.Reason]float64{failover.ReasonLagging: 2},
 		},
 		{
 			// Node 0 stops while node 1 goes three blocks ahead (more
@@ -880,6 +926,9 @@ func TestFailoverScenarios(t *testing.T) {
 				}
 			}
 
+			if n := seriesTotal(f.srv.metrics.BackfillGaps); n != 0 {
+				t.Errorf("muxd counted %v subscription gaps it could not close", n)
+			}
 			c.heads.mu.Lock()
 			hs, hOther := pushed(c.heads.frames, headsSub)
 			c.heads.mu.Unlock()
