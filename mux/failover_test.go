@@ -742,7 +742,7 @@ func TestFailoverScenarios(t *testing.T) {
 				f.nodes[0].Refuse(false)
 				conn := f.waitHealth(0, 1)
 				eventually(t, "node 0's chain id mismatch counted", func() bool {
-					return counterValue(f.srv.metrics.ChainMismatches.WithLabelValues("0")) == 1
+					return counterValue(f.srv.metrics.ChainMismatches.WithLabelValues("1")) == 1
 				})
 				for range 3 {
 					f.advance(0, 0, 1) // node 0 ahead
@@ -921,7 +921,7 @@ func TestFailoverScenarios(t *testing.T) {
 				if i < len(tt.mismatches) {
 					want = tt.mismatches[i]
 				}
-				if got := counterValue(f.srv.metrics.ChainMismatches.WithLabelValues(fmt.Sprint(i))); got != want {
+				if got := counterValue(f.srv.metrics.ChainMismatches.WithLabelValues(fmt.Sprint(i+1))); got != want {
 					t.Errorf("chain mismatches of upstream %d = %v, want %v", i, got, want)
 				}
 			}
