@@ -140,6 +140,9 @@ type switchover struct {
 // and if so makes the change in the core. Caller holds s.mu and applies
 // the result (applySwitch) after releasing it.
 func (s *Server) decideLocked(now time.Time) *switchover {
+	if s.stopping {
+		return nil
+	}
 	sw, ok := s.sel.Decide(now)
 	if !ok {
 		return nil

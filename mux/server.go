@@ -41,6 +41,9 @@ type Server struct {
 	sel  *failover.Selector // guarded by mu: which upstream is active
 	up   *upstreamConn      // guarded by mu: the active connection; nil while none
 	gens uint64             // guarded by mu: connections made active so far
+	// stopping is set once Run's context is done: the upstreams are then
+	// closing one by one, and none is made active any more. Guarded by mu.
+	stopping bool
 	idle chan struct{}      // guarded by mu: closed when nothing is owed during shutdown
 	// upChanged is closed and replaced whenever up changes (for waiters);
 	// guarded by mu.
@@ -152,6 +155,12 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 	}
 	stopFanout := s.startFanout()
+	stopStopping := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.stopping = true
+		s.mu.Unlock()
+	})
+	defer stopStopping()
 	err := s.runNodes(ctx)
 	stopFanout() // the upstream readers, its senders, have returned
 	stopSweep()
