@@ -29,7 +29,9 @@
 //   - stalled(i): now - max(its last head's time, its connection time) >
 //     Config.HeadTimeout. A new connection has HeadTimeout to push a head.
 //   - best: the highest head among the eligible upstreams that reported
-//     one. lagging(i): i has a head and best - head > Config.MaxHeadLag.
+//     one. lagging(i): i has a head and best - head > Config.MaxHeadLag,
+//     and has had since Config.LagGrace ago (evaluations track when it
+//     fell behind; catching up resets it).
 //   - healthy(i): eligible, not stalled and not lagging. With a single
 //     upstream heads do not count: healthy is connected, so it is active
 //     (and /readyz ready) whenever it is connected, as before #14.

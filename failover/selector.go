@@ -20,6 +20,11 @@ type Config struct {
 	// FailbackAfter is how long the preferred upstream must have been
 	// healthy before it is made active again; <= 0: never.
 	FailbackAfter time.Duration
+	// LagGrace is how long an upstream must have stayed more than
+	// MaxHeadLag behind before it counts as lagging, so that a head that
+	// merely reached muxd late (a busy connection, a burst of fast blocks)
+	// does not move the traffic. 0: at once.
+	LagGrace time.Duration
 	// StartWait is how long, at start (no upstream active yet, ever), a
 	// less preferred upstream is held back while a more preferred one has
 	// not been tried yet (connected and its chain id judged, or a dial
@@ -109,6 +114,9 @@ type upstream struct {
 	// when an evaluation last found it healthy after one that did not.
 	why          string
 	healthySince time.Time
+	// behindSince is when it last fell more than MaxHeadLag behind the
+	// best head (zero while it is not), for Config.LagGrace.
+	behindSince time.Time
 }
 
 // Selector decides which upstream is active. Make one with New.
@@ -405,11 +413,15 @@ func (s *Selector) why(u *upstream, now time.Time, best uint64) string {
 	if now.Sub(last) > s.cfg.HeadTimeout {
 		return WhyStalled
 	}
-	// An eligible upstream's head is counted in best, so best >= head.
-	if u.hasHead && best-u.head > s.cfg.MaxHeadLag {
+	if s.behind(u, best) && !u.behindSince.IsZero() && now.Sub(u.behindSince) >= s.cfg.LagGrace {
 		return WhyLagging
 	}
 	return ""
+}
+
+// behind reports whether u's head is more than MaxHeadLag behind best.
+func (s *Selector) behind(u *upstream, best uint64) bool {
+	return u.hasHead && best > u.head && best-u.head > s.cfg.MaxHeadLag
 }
 
 // observe evaluates every upstream's health at now, restarting
@@ -421,6 +433,12 @@ func (s *Selector) observe(now time.Time) {
 	best, _ := s.best()
 	for i := range s.ups {
 		u := &s.ups[i]
+		switch {
+		case !s.behind(u, best):
+			u.behindSince = time.Time{}
+		case u.behindSince.IsZero():
+			u.behindSince = now
+		}
 		w := s.why(u, now, best)
 		if w == "" && u.why != "" {
 			u.healthySince = now

@@ -615,3 +615,36 @@ func TestStartWait(t *testing.T) {
 	}
 	s.Unreachable(-1, at(20)) // ignored
 }
+
+// TestLagGrace: an upstream counts as lagging only once it has stayed more
+// than MaxHeadLag behind for LagGrace; catching up within it resets it.
+func TestLagGrace(t *testing.T) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	s, err := New(Config{Upstreams: 2, MaxHeadLag: 2, HeadTimeout: time.Minute, LagGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		s.Connected(i, at(0))
+		s.ChainID(i, "0x1", at(0))
+		s.Head(i, 10, at(0))
+	}
+	if sw, ok := s.Decide(at(0)); !ok || sw.To != 0 {
+		t.Fatalf("start: %v %v", sw, ok)
+	}
+	s.Head(1, 13, at(100)) // 0 is 3 behind
+	if sw, ok := s.Decide(at(900)); ok {
+		t.Fatalf("switched within the grace: %v", sw)
+	}
+	if w := s.Status(0, at(900)).Why; w != "" {
+		t.Fatalf("within the grace: why %q", w)
+	}
+	s.Head(0, 13, at(1000)) // caught up: the grace starts over
+	s.Head(1, 16, at(1050))
+	if sw, ok := s.Decide(at(1500)); ok {
+		t.Fatalf("switched although the lag started again 0.45 s ago: %v", sw)
+	}
+	if sw, ok := s.Decide(at(2050)); !ok || sw.To != 1 || sw.Reason != ReasonLagging {
+		t.Fatalf("after the grace: Decide = %v %v, want to 1, lagging", sw, ok)
+	}
+}

@@ -53,6 +53,11 @@ const (
 // StartWait): a node that answers its dial at all is judged well within it.
 const startWait = 2 * time.Second
 
+// lagGrace is how long an upstream must stay more than max_head_lag behind
+// before it counts as lagging (failover.Config's LagGrace): a head pushed
+// on a busy connection can reach muxd a moment late.
+const lagGrace = time.Second
+
 // healthTick is how often the selector is given the time, so that a
 // stalled upstream or a due failback is noticed without other events.
 const healthTick = time.Second

@@ -603,12 +603,12 @@ func TestFailoverScenarios(t *testing.T) {
 					c.waitHead(f.nodes[0].Head())
 				}
 				f.waitSelected(2, f.nodes[2].Head())
-				f.srv.mu.Lock()
-				st := f.srv.sel.Status(1, time.Now())
-				f.srv.mu.Unlock()
-				if st.Why != failover.WhyLagging {
-					t.Fatalf("node 1 at %d while node 2 is at %d: %+v, want lagging", f.nodes[1].Head(), f.nodes[2].Head(), st)
-				}
+				// Lagging once it has lasted lagGrace.
+				eventually(t, "node 1 lagging", func() bool {
+					f.srv.mu.Lock()
+					defer f.srv.mu.Unlock()
+					return f.srv.sel.Status(1, time.Now()).Why == failover.WhyLagging
+				})
 				f.kill(0)
 				waitActive(t, f.srv, 2)
 				onlyHealth(t, 1, f.nodes[1].Conn(t, 1))
@@ -921,7 +921,7 @@ func TestFailoverScenarios(t *testing.T) {
 				if i < len(tt.mismatches) {
 					want = tt.mismatches[i]
 				}
-				if got := counterValue(f.srv.metrics.ChainMismatches.WithLabelValues(fmt.Sprint(i+1))); got != want {
+				if got := counterValue(f.srv.metrics.ChainMismatches.WithLabelValues(fmt.Sprint(i + 1))); got != want {
 					t.Errorf("chain mismatches of upstream %d = %v, want %v", i, got, want)
 				}
 			}

@@ -44,7 +44,7 @@ type Server struct {
 	// stopping is set once Run's context is done: the upstreams are then
 	// closing one by one, and none is made active any more. Guarded by mu.
 	stopping bool
-	idle chan struct{}      // guarded by mu: closed when nothing is owed during shutdown
+	idle     chan struct{} // guarded by mu: closed when nothing is owed during shutdown
 	// upChanged is closed and replaced whenever up changes (for waiters);
 	// guarded by mu.
 	upChanged chan struct{}
@@ -123,6 +123,7 @@ func New(cfg Config) (*Server, error) {
 		FailbackAfter: failback,
 		ChainID:       cfg.ChainID,
 		StartWait:     startWait,
+		LagGrace:      lagGrace,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
