@@ -1053,3 +1053,12 @@ func TestFailbackBehindDeliveredHead(t *testing.T) {
 		t.Errorf("block 12 after failback: %s", r.Raw)
 	}
 }
+
+// waitActive waits until upstream i is the active one.
+func waitActive(t *testing.T, srv *Server, i int) {
+	t.Helper()
+	testnode.Await(t, fmt.Sprintf("upstream %d active", i), func() (bool, <-chan struct{}) {
+		_, ch := srv.Connected()
+		return srv.Active() == i, ch
+	})
+}
