@@ -129,8 +129,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
 	s.sel = sel
-	if cfg.Registerer != nil && s.multi() {
-		cfg.Registerer.MustRegister(s.nodeGauges()...)
+	if s.multi() {
+		// Every series from the start, so that rates and alerts see 0.
+		for _, r := range failover.Reasons() {
+			if r != failover.ReasonFirst {
+				s.metrics.Failovers.WithLabelValues(r.String())
+			}
+		}
+		for _, n := range s.nodes {
+			s.metrics.ChainMismatches.WithLabelValues(n.label)
+		}
+		if cfg.Registerer != nil {
+			cfg.Registerer.MustRegister(s.nodeGauges()...)
+		}
 	}
 	return s, nil
 }
