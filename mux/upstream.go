@@ -3,6 +3,7 @@ package mux
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,16 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 		s.metrics.UpstreamFramesIn.Inc()
 		switch {
 		case s.route(u, buf):
+			// A large answer lent to its client: the client's writer,
+			// just woken, waits in this P's runnext slot until the
+			// reader blocks, which a reader with the next large answer
+			// already in the socket does only after reading much of
+			// it: about 1 ms that the answer sits written to nobody
+			// (bench g1MB). Yield so that the writer starts now; the
+			// node keeps sending into the socket's buffer meanwhile.
+			if len(buf) > frameHeadroom+inlineSpliceMax {
+				runtime.Gosched()
+			}
 			buf = nil
 		case cap(buf) > maxKeptUpstreamBuf:
 			s.frames.put(buf)
