@@ -199,13 +199,17 @@ func (c *Core) started(cl *client, held int) {
 
 // ended counts one request of cl (nil for muxd's own), which held held
 // bytes, as no longer in flight.
-func (c *Core) ended(cl *client, held int) {
+func (c *Core) ended(cl *client, held int) { c.endedN(cl, 1, held) }
+
+// endedN counts n requests of cl (nil for muxd's own), which held held
+// bytes in all, as no longer in flight.
+func (c *Core) endedN(cl *client, n, held int) {
 	if cl != nil {
-		cl.inflight--
+		cl.inflight -= n
 		cl.held -= held
-		c.owing--
+		c.owing -= n
 	}
-	c.obs.InFlight(-1)
+	c.obs.InFlight(-n)
 }
 
 // settled accounts for p leaving the pending table or the waiting queue for

@@ -149,8 +149,8 @@ const wholeBatchMax = 64 << 10
 // node's array answer holds exactly the answers to one client batch,
 // nothing of which has been answered otherwise. The ids are spliced in one
 // pass into the client's array, with no per-element copies and no
-// re-assembly. It reports false, having changed nothing, when the case does
-// not apply.
+// re-assembly, and the batch's accounting is done once. It reports false,
+// having changed nothing, when the case does not apply.
 func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now time.Time) bool {
 	if len(frame) > wholeBatchMax {
 		return false
@@ -176,60 +176,69 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 			return false
 		}
 	}
-	if !c.oneUntouchedBatch(uids, len(msgs)) {
+	b, idLen := c.oneUntouchedBatch(uids, len(msgs))
+	if b == nil {
 		return false
 	}
-	var (
-		b   *router.Batch
-		out []byte
-	)
+	cl := c.clients[b.Client]
+	out := make([]byte, 1, len(frame)+idLen+2)
+	out[0] = '['
+	held := 0
+	var up *router.UpstreamBatch
 	for i := range msgs {
 		m := &msgs[i]
 		elem, idSpan := router.Element(frame, m)
 		uid, _ := router.ParseUpstreamID(idSpan.In(elem))
-		p, _ := c.reqs.Take(uid)
-		if b == nil {
-			b = p.Batch
-			out = make([]byte, 1, len(frame)+len(msgs)*(len(p.ID)+1)+2)
-			out[0] = '['
-		} else {
+		// Read in place: the table does not change until TakeGroup
+		// below.
+		p, _ := c.reqs.Peek(uid)
+		if i > 0 {
 			out = append(out, ',')
 		}
-		if p.Up.Settle(uid) {
-			c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
-		}
-		c.settled(&p)
+		up = p.Up
+		held += len(p.Frame)
 		c.keep(p.Method, p.Key, frame, m)
-		c.answered(&p, responseCode(frame, m), now)
+		c.answered(p, responseCode(frame, m), now)
 		out = router.AppendSpliced(out, elem, idSpan, p.ID)
+		if up.Settle(uid) {
+			c.send(e, up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		}
 	}
+	c.reqs.TakeGroup(uids[0])
+	// Every call of a client batch is its client's (see settled).
+	c.endedN(cl, len(msgs), held)
 	b.Close()
-	if cl := c.clients[b.Client]; cl != nil {
+	if cl != nil {
 		e.deliver(cl, Delivery{Msg: append(out, ']')})
 	}
 	return true
 }
 
-// oneUntouchedBatch reports whether uids, all different, are the pending
-// calls of one client batch that expects exactly n answers and has none
-// yet.
-func (c *Core) oneUntouchedBatch(uids []uint64, n int) bool {
-	var b *router.Batch
+// oneUntouchedBatch returns the client batch whose pending calls are
+// exactly uids (all different), n of them, when it expects exactly n
+// answers and has none yet, with the length of its clients' ids in all;
+// else nil.
+func (c *Core) oneUntouchedBatch(uids []uint64, n int) (b *router.Batch, idLen int) {
+	up, live := c.reqs.Group(uids[0])
+	if up == nil || live != n {
+		return nil, 0
+	}
 	for _, uid := range uids {
 		p, ok := c.reqs.Peek(uid)
-		if !ok || p.Kind != router.KindCall || p.Batch == nil || p.Up == nil {
-			return false
+		if !ok || p.Kind != router.KindCall || p.Batch == nil || p.Up != up || p.Client == router.Internal {
+			return nil, 0
 		}
 		if b == nil {
 			b = p.Batch
 			if b.Want() != n || !b.Untouched() || len(b.Subs) > 0 {
-				return false
+				return nil, 0
 			}
 		} else if p.Batch != b {
-			return false
+			return nil, 0
 		}
+		idLen += len(p.ID)
 	}
-	return b != nil
+	return b, idLen
 }
 
 // responseCode reads error.code from a response for the metrics; 0 for a

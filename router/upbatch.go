@@ -30,6 +30,9 @@ type UpstreamBatch struct {
 	next       int      // the first element not yet sent
 	owed       int      // calls of the array in flight not yet settled
 	from       int      // the array in flight is elems[from:next]
+	// slot is 1 + the slot of the group of the pending table that holds
+	// the calls' Pendings (see Requests), 0 for none.
+	slot int32
 }
 
 // upElem is one forwarded element: a call (id != 0) or a notification.
@@ -37,18 +40,25 @@ type upElem struct {
 	id      uint64 // upstream id; 0 for a notification
 	frame   []byte // as sent upstream
 	settled bool
+	// pending says p is the call's entry in the pending table that holds
+	// the batch's group (Requests).
+	pending bool
+	p       Pending
 }
 
 // NewUpstreamBatch returns a batch that lays its elements out in one buffer
 // as they are added through Room, sized for a client frame of frameLen
-// bytes holding n messages, so that the array it sends is that buffer.
-func NewUpstreamBatch(frameLen, n int) *UpstreamBatch {
+// bytes holding n messages whose ids take idLen bytes in all, so that the
+// array it sends is that buffer.
+func NewUpstreamBatch(frameLen, n, idLen int) *UpstreamBatch {
 	// Each element's upstream frame is its client bytes with the id
 	// replaced by at most 20 digits; one separator each, and the brackets.
-	arena := make([]byte, 1, frameLen+21*n+2)
-	arena[0] = '['
+	// The clients' ids (KeepID) follow in the same allocation.
+	size := frameLen + 21*n + 2
+	buf := make([]byte, 1, size+idLen)
+	buf[0] = '['
 	return &UpstreamBatch{
-		arena: arena, ids: make([]byte, 0, frameLen), inArena: true,
+		arena: buf[:1:size], ids: buf[size : size : size+idLen], inArena: true,
 		elems: make([]upElem, 0, n), calls: make([]int32, 0, n),
 	}
 }
@@ -182,6 +192,13 @@ func (u *UpstreamBatch) noneSettled() bool {
 
 // index returns the position of call id, or -1.
 func (u *UpstreamBatch) index(id uint64) int {
+	if len(u.calls) == 0 {
+		return -1
+	}
+	// The ids of a batch's calls are most often consecutive.
+	if k := id - u.elems[u.calls[0]].id; k < uint64(len(u.calls)) && u.elems[u.calls[k]].id == id {
+		return int(u.calls[k])
+	}
 	k, ok := slices.BinarySearchFunc(u.calls, id, func(pos int32, id uint64) int {
 		return cmp.Compare(u.elems[pos].id, id)
 	})

@@ -140,7 +140,7 @@ func TestUpstreamBatch(t *testing.T) {
 func TestUpstreamBatchArena(t *testing.T) {
 	frame := `[{"id":"a"},{"n":1},{"id":"b"}]`
 	t.Run("whole batch, no copy", func(t *testing.T) {
-		u := NewUpstreamBatch(len(frame), 3)
+		u := NewUpstreamBatch(len(frame), 3, len(frame))
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		// A refused element leaves nothing behind: it is built in the
 		// room and never added.
@@ -162,7 +162,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 	t.Run("settled before sending is copied without it", func(t *testing.T) {
-		u := NewUpstreamBatch(len(frame), 3)
+		u := NewUpstreamBatch(len(frame), 3, len(frame))
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		u.AddCall(2, append(u.Room(), `{"id":2}`...))
 		u.AddCall(3, append(u.Room(), `{"id":3}`...))
@@ -172,7 +172,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 	t.Run("an element built elsewhere", func(t *testing.T) {
-		u := NewUpstreamBatch(len(frame), 3)
+		u := NewUpstreamBatch(len(frame), 3, len(frame))
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		u.AddCall(2, []byte(`{"id":2}`))
 		u.AddCall(3, append(u.Room(), `{"id":3}`...))
@@ -181,7 +181,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 	t.Run("arena too small", func(t *testing.T) {
-		u := NewUpstreamBatch(0, 0) // room for "[" and "]" only
+		u := NewUpstreamBatch(0, 0, 0) // room for "[" and "]" only
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		u.AddCall(2, append(u.Room(), `{"id":2}`...))
 		if out := u.NextArrays(nil, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2}]` {
@@ -189,7 +189,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 	t.Run("chunks", func(t *testing.T) {
-		u := NewUpstreamBatch(len(frame), 3)
+		u := NewUpstreamBatch(len(frame), 3, len(frame))
 		for id := uint64(1); id <= 3; id++ {
 			u.AddCall(id, append(u.Room(), fmt.Sprintf(`{"id":%d}`, id)...))
 		}
