@@ -176,33 +176,42 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 			return false
 		}
 	}
-	b, idLen := c.oneUntouchedBatch(uids, len(msgs))
+	b := c.oneUntouchedBatch(uids, len(msgs))
 	if b == nil {
 		return false
 	}
 	cl := c.clients[b.Client]
-	out := make([]byte, 1, len(frame)+idLen+2)
-	out[0] = '['
+	first, _ := c.reqs.Peek(uids[0])
+	up := first.Up
+	for _, uid := range uids {
+		if up.Settle(uid) {
+			c.send(e, up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		}
+	}
+	// The answer goes where the request array was laid out, when it
+	// fits: that memory is free now.
+	size := len(frame) + len(msgs)*(len(first.ID)+1) + 2
+	out := up.AnswerRoom(size)
+	if out == nil {
+		out = make([]byte, 0, size)
+	}
+	out = append(out, '[')
 	held := 0
-	var up *router.UpstreamBatch
 	for i := range msgs {
 		m := &msgs[i]
 		elem, idSpan := router.Element(frame, m)
 		uid, _ := router.ParseUpstreamID(idSpan.In(elem))
 		// Read in place: the table does not change until TakeGroup
-		// below.
+		// below. Only the Frame's length is read: its bytes may lie
+		// where out is written.
 		p, _ := c.reqs.Peek(uid)
 		if i > 0 {
 			out = append(out, ',')
 		}
-		up = p.Up
 		held += len(p.Frame)
 		c.keep(p.Method, p.Key, frame, m)
 		c.answered(p, responseCode(frame, m), now)
 		out = router.AppendSpliced(out, elem, idSpan, p.ID)
-		if up.Settle(uid) {
-			c.send(e, up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
-		}
 	}
 	c.reqs.TakeGroup(uids[0])
 	// Every call of a client batch is its client's (see settled).
@@ -216,29 +225,23 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 
 // oneUntouchedBatch returns the client batch whose pending calls are
 // exactly uids (all different), n of them, when it expects exactly n
-// answers and has none yet, with the length of its clients' ids in all;
-// else nil.
-func (c *Core) oneUntouchedBatch(uids []uint64, n int) (b *router.Batch, idLen int) {
-	up, live := c.reqs.Group(uids[0])
-	if up == nil || live != n {
-		return nil, 0
+// answers and has none yet; else nil. The calls of one upstream array are
+// one group of the pending table, which they all share Client, Kind and
+// Batch with.
+func (c *Core) oneUntouchedBatch(uids []uint64, n int) *router.Batch {
+	g, live := c.reqs.Group(uids[0])
+	if g == nil || live != n || g.Kind != router.KindCall || g.Batch == nil || g.Client == router.Internal {
+		return nil
 	}
-	for _, uid := range uids {
-		p, ok := c.reqs.Peek(uid)
-		if !ok || p.Kind != router.KindCall || p.Batch == nil || p.Up != up || p.Client == router.Internal {
-			return nil, 0
-		}
-		if b == nil {
-			b = p.Batch
-			if b.Want() != n || !b.Untouched() || len(b.Subs) > 0 {
-				return nil, 0
-			}
-		} else if p.Batch != b {
-			return nil, 0
-		}
-		idLen += len(p.ID)
+	if b := g.Batch; b.Want() != n || !b.Untouched() || len(b.Subs) > 0 {
+		return nil
 	}
-	return b, idLen
+	for _, uid := range uids[1:] {
+		if h, _ := c.reqs.Group(uid); h != g {
+			return nil
+		}
+	}
+	return g.Batch
 }
 
 // responseCode reads error.code from a response for the metrics; 0 for a

@@ -69,7 +69,7 @@ type Requests struct {
 // slot holds one pending request, or one group, and links it into its
 // client's list.
 type slot struct {
-	p  Pending // the request; for a group, only p.Client is set
+	p  Pending // the request; for a group, what its calls share (see Group)
 	id uint64  // its upstream id (0 for a group)
 	// up, for a group, is the upstream array whose calls it holds: each
 	// pending call's Pending is in up.elems. live counts them.
@@ -125,19 +125,22 @@ func (r *Requests) Add(id uint64, p Pending) {
 }
 
 // addCall records call id, elems[k] of p.Up, in the array's group, made
-// on its first call. It reports false, having done nothing, for a call of
-// another client than the group's.
+// on its first call. Every call of a group has the group's Client, Kind
+// and Batch; it reports false, having done nothing, for a call that does
+// not.
 func (r *Requests) addCall(id uint64, k int, p Pending) bool {
 	u := p.Up
 	s := r.groupOf(u)
 	if s < 0 {
 		s = r.alloc(p.Client)
-		r.slots[s].up = u
+		g := &r.slots[s]
+		g.up = u
+		g.p.Kind, g.p.Batch, g.p.Up = p.Kind, p.Batch, u
 		u.slot = int32(s) + 1
 		for i := range u.elems {
 			u.elems[i].pending = false
 		}
-	} else if r.slots[s].p.Client != p.Client {
+	} else if g := &r.slots[s].p; g.Client != p.Client || g.Kind != p.Kind || g.Batch != p.Batch {
 		return false
 	}
 	sl := &r.slots[s]
@@ -241,15 +244,17 @@ func (r *Requests) Peek(id uint64) (*Pending, bool) {
 	return p, true
 }
 
-// Group returns the upstream array whose group holds the call pending
-// under id, and how many of its calls are pending; nil, 0 when id is not
-// pending as a call of a group.
-func (r *Requests) Group(id uint64) (*UpstreamBatch, int) {
+// Group returns what the calls of the group holding the call pending under
+// id share (Client, Kind, Batch and Up; the rest is zero), and how many of
+// them are pending; nil, 0 when id is not pending as a call of a group.
+// Calls of the same group get the same pointer, valid until the table
+// next changes.
+func (r *Requests) Group(id uint64) (*Pending, int) {
 	s, ok := r.ids.get(id)
 	if !ok || r.slots[s].up == nil {
 		return nil, 0
 	}
-	return r.slots[s].up, r.slots[s].live
+	return &r.slots[s].p, r.slots[s].live
 }
 
 // TakeGroup removes every call pending in the group of the upstream array

@@ -73,7 +73,11 @@ func TestRequestsGroupsModel(t *testing.T) {
 			delete(model, id)
 		case op < 15 && len(all) > 0: // one answer settles a whole group
 			id := all[rnd(len(all))]
-			u, n := r.Group(id)
+			var u *UpstreamBatch
+			g, n := r.Group(id)
+			if g != nil {
+				u = g.Up
+			}
 			if got := r.TakeGroup(id); got != n {
 				t.Fatalf("step %d: TakeGroup(%d) = %d, Group said %d", step, id, got, n)
 			}
@@ -160,8 +164,9 @@ func checkGroupsModel(t *testing.T, step int, r *Requests, model map[uint64]Pend
 		}
 	}
 	for id, p := range model {
-		if u, n := r.Group(id); p.Up != nil && (u != p.Up || n != live[p.Up]) {
-			t.Fatalf("step %d: Group(%d) = %p %d, model %p %d", step, id, u, n, p.Up, live[p.Up])
+		g, n := r.Group(id)
+		if p.Up != nil && (g == nil || g.Up != p.Up || g.Client != p.Client || n != live[p.Up]) {
+			t.Fatalf("step %d: Group(%d) = %v %d, model %p %d", step, id, g, n, p.Up, live[p.Up])
 		}
 	}
 	for c := ClientID(0); c < 5; c++ {

@@ -225,6 +225,26 @@ func (u *UpstreamBatch) Settle(id uint64) (sendNext bool) {
 	return u.owed == 0 && u.next < len(u.elems)
 }
 
+// AnswerRoom returns the memory the batch's elements were laid out in
+// (see Room), empty, for the client's answer to the whole batch when it
+// has room for n bytes; nil when it has not, or when some element is still
+// to be sent or answered. Once every call is settled and read for the last
+// time (each Pending's Frame lies there), nothing reads that memory any
+// more: the frames sent upstream were copied when written. A longer
+// answer than n may still be appended: the slice's capacity ends before
+// the clients' ids (KeepID), so append moves it elsewhere.
+func (u *UpstreamBatch) AnswerRoom(n int) []byte {
+	if u.next != len(u.elems) || u.owed != 0 || n > cap(u.arena) {
+		return nil
+	}
+	for i := range u.elems {
+		if u.elems[i].id != 0 && !u.elems[i].settled {
+			return nil
+		}
+	}
+	return u.arena[:0]
+}
+
 // Started reports whether anything of the batch has been sent.
 func (u *UpstreamBatch) Started() bool { return u.next > 0 }
 

@@ -198,3 +198,38 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 }
+
+// TestUpstreamBatchAnswerRoom: the arena is handed out for the answer only
+// once every element is sent and every call settled, and an answer that
+// outgrows it leaves the clients' ids alone.
+func TestUpstreamBatchAnswerRoom(t *testing.T) {
+	frame := `[{"id":"a"},{"n":1},{"id":"b"}]`
+	u := NewUpstreamBatch(len(frame), 3, 6)
+	a := u.KeepID([]byte(`"a"`))
+	u.AddCall(1, append(u.Room(), `{"id":1}`...))
+	u.AddNotification(append(u.Room(), `{"n":1}`...))
+	b := u.KeepID([]byte(`"b"`))
+	u.AddCall(2, append(u.Room(), `{"id":2}`...))
+	if u.AnswerRoom(1) != nil {
+		t.Fatal("room before the array was sent")
+	}
+	u.NextArrays(nil, 0)
+	u.Settle(1)
+	if u.AnswerRoom(1) != nil {
+		t.Fatal("room with a call unsettled")
+	}
+	u.Settle(2)
+	if u.AnswerRoom(cap(u.arena)+1) != nil {
+		t.Fatal("room for more than the arena holds")
+	}
+	out := u.AnswerRoom(8)
+	if out == nil || len(out) != 0 || &out[:1][0] != &u.arena[:1][0] {
+		t.Fatal("no room in the arena once everything is settled")
+	}
+	for range 10 {
+		out = append(out, frame...)
+	}
+	if string(a) != `"a"` || string(b) != `"b"` {
+		t.Fatalf("ids overwritten: %s %s", a, b)
+	}
+}
