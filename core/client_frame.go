@@ -89,7 +89,7 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 	if up != nil && up.Len() > 0 && c.gen != 0 {
 		// The forwarded elements go as one array (or several, past
 		// UpstreamMaxBatch): the node runs them in order.
-		c.send(e, up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		c.sendArrays(e, up)
 	}
 	for _, a := range answers {
 		if b.Add(a) {

@@ -40,7 +40,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	// Only once every call that timed out is settled, so that the next
 	// array leaves out those of its calls that timed out too.
 	for _, u := range next {
-		c.send(e, u.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		c.sendArrays(e, u)
 	}
 	c.waiting.filter(c.alive, func(w *waitingRequest) bool {
 		timedOut := !w.p.Deadline.IsZero() && !w.p.Deadline.After(now)

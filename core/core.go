@@ -186,6 +186,20 @@ func (c *Core) send(e *Effects, frames ...[]byte) {
 	e.Upstream = append(e.Upstream, frames...)
 }
 
+// sendArrays is send of u's next arrays (UpstreamBatch.NextArrays),
+// appended to e's list without a slice of their own.
+func (c *Core) sendArrays(e *Effects, u *router.UpstreamBatch) {
+	n := len(e.Upstream)
+	e.Upstream = u.NextArrays(e.Upstream, c.cfg.UpstreamMaxBatch)
+	switch {
+	case c.gen == 0:
+		clear(e.Upstream[n:])
+		e.Upstream = e.Upstream[:n]
+	case len(e.Upstream) > n:
+		e.Gen = c.gen
+	}
+}
+
 // started counts one more request in flight, for cl (nil for muxd's own),
 // holding held bytes of it. Its end is counted by ended with the same held.
 func (c *Core) started(cl *client, held int) {

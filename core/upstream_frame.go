@@ -129,7 +129,7 @@ func (c *Core) arrayAnswered(e *Effects, uid uint64, p *router.Pending, frame []
 				continue
 			}
 			if q.Up.Settle(id) {
-				c.send(e, q.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+				c.sendArrays(e, q.Up)
 			}
 			if cl := c.settled(&q); cl != nil {
 				c.answer(e, cl, &q, Delivery{Msg: router.AppendSpliced(nil, elem, idSpan, q.ID)}, code, now)
@@ -137,7 +137,7 @@ func (c *Core) arrayAnswered(e *Effects, uid uint64, p *router.Pending, frame []
 		}
 	}
 	if p.Up.Settle(uid) {
-		c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		c.sendArrays(e, p.Up)
 	}
 }
 
@@ -185,7 +185,7 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 	up := first.Up
 	for _, uid := range uids {
 		if up.Settle(uid) {
-			c.send(e, up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+			c.sendArrays(e, up)
 		}
 	}
 	// The answer goes where the request array was laid out, when it
