@@ -94,3 +94,50 @@ func TestAllocsPushFanout(t *testing.T) {
 		t.Errorf("UpstreamFrame fanning a push out to %d members: %v allocations per event, want 0", members, n)
 	}
 }
+
+// TestAllocsAnswerToBatch checks that routing the node's array answer to a
+// whole client batch allocates nothing: the group of its calls is found
+// by id, and the client's array is spliced into the memory the request
+// array was laid out in.
+func TestAllocsAnswerToBatch(t *testing.T) {
+	const n = 10
+	h := newHarness(t, func(c *Config) {
+		c.Observer = nil
+		c.MaxInFlight = n * (allocRuns + 1)
+		c.MaxHeldBytes = 1 << 30
+		c.MaxBatch, c.UpstreamMaxBatch = n, n
+	})
+	h.join(false)
+	h.connect()
+	answers := make([]scanned, allocRuns+1) // AllocsPerRun warms up once
+	uid := 0
+	for i := range answers {
+		req, ans := "[", "["
+		for k := range n {
+			if k > 0 {
+				req, ans = req+",", ans+","
+			}
+			uid++
+			req += `{"jsonrpc":"2.0","id":"c` + strconv.Itoa(uid) + `","method":"eth_call","params":[{"to":"0x6b175474e89094c44da98b954eedeac495271d0f"},"latest"]}`
+			ans += res(strconv.Itoa(uid), `"0x`+strconv.Itoa(1000+uid)+`"`)
+		}
+		h.clientFrame(1, req+"]")
+		answers[i] = scanUpstream(t, ans+"]")
+	}
+	var e Effects
+	i := 0
+	got := testing.AllocsPerRun(allocRuns, func() {
+		a := &answers[i]
+		i++
+		h.c.UpstreamFrame(&e, h.gen, a.frame, a.f, nil, h.now)
+		if len(e.Deliveries) != 1 {
+			t.Fatalf("answer %d: %d deliveries, want 1", i, len(e.Deliveries))
+		}
+	})
+	if got != 0 {
+		t.Errorf("UpstreamFrame answering a batch of %d: %v allocations per event, want 0", n, got)
+	}
+	if i != allocRuns+1 || h.c.Stats().Pending != 0 {
+		t.Fatalf("%d answers routed, %d still pending", i, h.c.Stats().Pending)
+	}
+}

@@ -64,12 +64,17 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 		expect  bool
 		answers [][]byte // muxd's own answers to batch elements
 	)
+	var memo methodMemo
 	if batch {
-		up = router.NewUpstreamBatch(len(frame), len(msgs))
+		idLen := 0
+		for i := range msgs {
+			idLen += msgs[i].ID.Len
+		}
+		up = router.NewUpstreamBatch(len(frame), len(msgs), idLen)
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		resp := c.admit(e, cl, frame, m, b, up, now)
+		resp := c.admit(e, cl, frame, m, b, up, &memo, now)
 		if m.HasID() || m.Invalid != nil {
 			expect = true
 		}
@@ -84,7 +89,7 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 	if up != nil && up.Len() > 0 && c.gen != 0 {
 		// The forwarded elements go as one array (or several, past
 		// UpstreamMaxBatch): the node runs them in order.
-		c.send(e, up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		c.sendArrays(e, up)
 	}
 	for _, a := range answers {
 		if b.Add(a) {
@@ -97,11 +102,32 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 	return expect
 }
 
+// methodMemo is the method of the last message of a frame that had one,
+// and the deny policy's verdict on it: the elements of a batch mostly call
+// the same method.
+type methodMemo struct {
+	raw    []byte // as it lies in the frame
+	method string
+	denied bool
+}
+
+// method returns m's method and whether the policy denies it.
+func (c *Core) method(frame []byte, m *router.Message, memo *methodMemo) (string, bool) {
+	raw := m.Method.In(frame)
+	if len(raw) > 0 && bytes.Equal(raw, memo.raw) {
+		return memo.method, memo.denied
+	}
+	method := methodName(frame, m)
+	denied := c.policy.denied(method)
+	*memo = methodMemo{raw, method, denied}
+	return method, denied
+}
+
 // admit decides what happens to one message. It returns muxd's own answer
 // when there is one now, or nil when the message went (or will go)
 // upstream. up collects the forwarded elements of a client batch (nil for
 // a single message).
-func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b *router.Batch, up *router.UpstreamBatch, now time.Time) []byte {
+func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b *router.Batch, up *router.UpstreamBatch, memo *methodMemo, now time.Time) []byte {
 	var id []byte
 	if m.HasID() {
 		id = m.ID.In(frame)
@@ -110,8 +136,8 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 		reason := strings.TrimPrefix(m.Invalid.Error(), router.ErrInvalid.Error()+": ")
 		return c.errorBytes(id, router.ErrorInvalidRequest.Because(reason))
 	}
-	method := methodName(frame, m)
-	if c.policy.denied(method) {
+	method, denied := c.method(frame, m, memo)
+	if denied {
 		if !m.HasID() {
 			return nil
 		}
@@ -204,21 +230,24 @@ func (c *Core) notification(e *Effects, elem []byte, method string, up *router.U
 // is full. A request of a client batch (p.Up set) joins its upstream array,
 // which the caller sends once the whole batch is admitted.
 func (c *Core) enqueue(e *Effects, cl *client, uid uint64, p router.Pending, now time.Time) bool {
-	if c.gen == 0 {
-		if c.waiting.full(c.cfg.MaxWaiting) {
-			return false
-		}
+	if c.gen == 0 && c.waiting.full(c.cfg.MaxWaiting) {
+		return false
+	}
+	if p.Up != nil {
+		// First, so that the pending table keeps the call with the
+		// other calls of its array.
+		p.Up.AddCall(uid, p.Frame)
+	}
+	switch {
+	case c.gen == 0:
 		c.waiting.add(waitingRequest{uid, p, now.Add(c.cfg.UpstreamWait)})
 		if cl != nil {
 			cl.waiting++
 		}
-	} else if p.Up == nil {
+	case p.Up == nil:
 		c.forward(e, uid, p, now)
-	} else {
+	default:
 		c.reqs.Add(uid, p)
-	}
-	if p.Up != nil {
-		p.Up.AddCall(uid, p.Frame)
 	}
 	c.started(cl, len(p.Frame))
 	return true

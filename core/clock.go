@@ -19,6 +19,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	e.Reset()
 	defer c.finish(e)
 	var expired, gaveUp []router.Pending
+	var next []*router.UpstreamBatch // arrays whose one in flight is settled now
 	c.reqs.Expire(now, func(id uint64, p router.Pending) {
 		c.settled(&p)
 		c.coal.left(id) // its call, if any, goes on for the others
@@ -32,10 +33,15 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 			return
 		}
 		if p.Up != nil && p.Up.Settle(id) {
-			c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+			next = append(next, p.Up)
 		}
 		expired = append(expired, p)
 	})
+	// Only once every call that timed out is settled, so that the next
+	// array leaves out those of its calls that timed out too.
+	for _, u := range next {
+		c.sendArrays(e, u)
+	}
 	c.waiting.filter(c.alive, func(w *waitingRequest) bool {
 		timedOut := !w.p.Deadline.IsZero() && !w.p.Deadline.After(now)
 		if !timedOut && (w.giveUp.IsZero() || w.giveUp.After(now)) {

@@ -119,14 +119,15 @@ func TestTimeouts(t *testing.T) {
 			{do: "tick", at: 20 * sec},
 		}},
 		// The calls of the array in flight and of the one not sent yet
-		// share a deadline: the whole batch times out in one tick, in the
-		// deadline heap's order, and nothing more goes upstream.
+		// share a deadline: the whole batch times out in one tick, in
+		// upstream id order (one group of the pending table), and
+		// nothing more goes upstream.
 		{name: "batch_times_out_whole_with_its_unsent_array", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: "[" + req("1", "eth_call") + "," + req("2", "eth_call") + "," + req("3", "eth_call") + "," + req("4", "eth_call") + "]",
 				want: []string{"up> [" + req("1", "eth_call") + "," + req("2", "eth_call") + "," + req("3", "eth_call") + "]"}},
 			{do: "tick", at: 10 * sec,
-				want: []string{"c1< [" + timedOut("1") + "," + timedOut("4") + "," + timedOut("3") + "," + timedOut("2") + "]"}},
+				want: []string{"c1< [" + timedOut("1") + "," + timedOut("2") + "," + timedOut("3") + "," + timedOut("4") + "]"}},
 		}},
 	})
 }

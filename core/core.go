@@ -190,6 +190,20 @@ func (c *Core) send(e *Effects, frames ...[]byte) {
 	e.Upstream = append(e.Upstream, frames...)
 }
 
+// sendArrays is send of u's next arrays (UpstreamBatch.NextArrays),
+// appended to e's list without a slice of their own.
+func (c *Core) sendArrays(e *Effects, u *router.UpstreamBatch) {
+	n := len(e.Upstream)
+	e.Upstream = u.NextArrays(e.Upstream, c.cfg.UpstreamMaxBatch)
+	switch {
+	case c.gen == 0:
+		clear(e.Upstream[n:])
+		e.Upstream = e.Upstream[:n]
+	case len(e.Upstream) > n:
+		e.Gen = c.gen
+	}
+}
+
 // started counts one more request in flight, for cl (nil for muxd's own),
 // holding held bytes of it. Its end is counted by ended with the same held.
 func (c *Core) started(cl *client, held int) {
@@ -203,13 +217,17 @@ func (c *Core) started(cl *client, held int) {
 
 // ended counts one request of cl (nil for muxd's own), which held held
 // bytes, as no longer in flight.
-func (c *Core) ended(cl *client, held int) {
+func (c *Core) ended(cl *client, held int) { c.endedN(cl, 1, held) }
+
+// endedN counts n requests of cl (nil for muxd's own), which held held
+// bytes in all, as no longer in flight.
+func (c *Core) endedN(cl *client, n, held int) {
 	if cl != nil {
-		cl.inflight--
+		cl.inflight -= n
 		cl.held -= held
-		c.owing--
+		c.owing -= n
 	}
-	c.obs.InFlight(-1)
+	c.obs.InFlight(-n)
 }
 
 // settled accounts for p leaving the pending table or the waiting queue for

@@ -134,7 +134,7 @@ func (c *Core) arrayAnswered(e *Effects, uid uint64, p *router.Pending, frame []
 				continue
 			}
 			if q.Up.Settle(id) {
-				c.send(e, q.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+				c.sendArrays(e, q.Up)
 			}
 			if cl := c.settled(&q); cl != nil {
 				c.answer(e, cl, &q, Delivery{Msg: router.AppendSpliced(nil, elem, idSpan, q.ID)}, code, now)
@@ -142,7 +142,7 @@ func (c *Core) arrayAnswered(e *Effects, uid uint64, p *router.Pending, frame []
 		}
 	}
 	if p.Up.Settle(uid) {
-		c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+		c.sendArrays(e, p.Up)
 	}
 }
 
@@ -154,8 +154,8 @@ const wholeBatchMax = 64 << 10
 // node's array answer holds exactly the answers to one client batch,
 // nothing of which has been answered otherwise. The ids are spliced in one
 // pass into the client's array, with no per-element copies and no
-// re-assembly. It reports false, having changed nothing, when the case does
-// not apply.
+// re-assembly, and the batch's accounting is done once. It reports false,
+// having changed nothing, when the case does not apply.
 func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now time.Time) bool {
 	if len(frame) > wholeBatchMax {
 		return false
@@ -181,60 +181,72 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 			return false
 		}
 	}
-	if !c.oneUntouchedBatch(uids, len(msgs)) {
+	b := c.oneUntouchedBatch(uids, len(msgs))
+	if b == nil {
 		return false
 	}
-	var (
-		b   *router.Batch
-		out []byte
-	)
+	cl := c.clients[b.Client]
+	first, _ := c.reqs.Peek(uids[0])
+	up := first.Up
+	for _, uid := range uids {
+		if up.Settle(uid) {
+			c.sendArrays(e, up)
+		}
+	}
+	// The answer goes where the request array was laid out, when it
+	// fits: that memory is free now.
+	size := len(frame) + len(msgs)*(len(first.ID)+1) + 2
+	out := up.AnswerRoom(size)
+	if out == nil {
+		out = make([]byte, 0, size)
+	}
+	out = append(out, '[')
+	held := 0
 	for i := range msgs {
 		m := &msgs[i]
 		elem, idSpan := router.Element(frame, m)
 		uid, _ := router.ParseUpstreamID(idSpan.In(elem))
-		p, _ := c.reqs.Take(uid)
-		if b == nil {
-			b = p.Batch
-			out = make([]byte, 1, len(frame)+len(msgs)*(len(p.ID)+1)+2)
-			out[0] = '['
-		} else {
+		// Read in place: the table does not change until TakeGroup
+		// below. Only the Frame's length is read: its bytes may lie
+		// where out is written.
+		p, _ := c.reqs.Peek(uid)
+		if i > 0 {
 			out = append(out, ',')
 		}
-		if p.Up.Settle(uid) {
-			c.send(e, p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
-		}
-		c.settled(&p)
+		held += len(p.Frame)
 		c.keep(p.Method, p.Key, frame, m)
-		c.answered(&p, responseCode(frame, m), now)
+		c.answered(p, responseCode(frame, m), now)
 		out = router.AppendSpliced(out, elem, idSpan, p.ID)
 	}
+	c.reqs.TakeGroup(uids[0])
+	// Every call of a client batch is its client's (see settled).
+	c.endedN(cl, len(msgs), held)
 	b.Close()
-	if cl := c.clients[b.Client]; cl != nil {
+	if cl != nil {
 		e.deliver(cl, Delivery{Msg: append(out, ']')})
 	}
 	return true
 }
 
-// oneUntouchedBatch reports whether uids, all different, are the pending
-// calls of one client batch that expects exactly n answers and has none
-// yet.
-func (c *Core) oneUntouchedBatch(uids []uint64, n int) bool {
-	var b *router.Batch
-	for _, uid := range uids {
-		p, ok := c.reqs.Peek(uid)
-		if !ok || p.Kind != router.KindCall || p.Batch == nil || p.Up == nil {
-			return false
-		}
-		if b == nil {
-			b = p.Batch
-			if b.Want() != n || !b.Untouched() || len(b.Subs) > 0 {
-				return false
-			}
-		} else if p.Batch != b {
-			return false
+// oneUntouchedBatch returns the client batch whose pending calls are
+// exactly uids (all different), n of them, when it expects exactly n
+// answers and has none yet; else nil. The calls of one upstream array are
+// one group of the pending table, which they all share Client, Kind and
+// Batch with.
+func (c *Core) oneUntouchedBatch(uids []uint64, n int) *router.Batch {
+	g, live := c.reqs.Group(uids[0])
+	if g == nil || live != n || g.Kind != router.KindCall || g.Batch == nil || g.Client == router.Internal {
+		return nil
+	}
+	if b := g.Batch; b.Want() != n || !b.Untouched() || len(b.Subs) > 0 {
+		return nil
+	}
+	for _, uid := range uids[1:] {
+		if h, _ := c.reqs.Group(uid); h != g {
+			return nil
 		}
 	}
-	return b != nil
+	return g.Batch
 }
 
 // responseCode reads error.code from a response for the metrics; 0 for a

@@ -156,8 +156,15 @@ func (c *Client) writeLoop() {
 	// many idle clients does not make each new writer grow its own.
 	w := messageWriters.Get().(*messageWriter)
 	defer messageWriters.Put(w)
-	linger := time.NewTimer(writerLinger)
-	defer linger.Stop()
+	// The linger timer goes with the pooled writer state: a busy client's
+	// writer may start once per answer, and a timer is worth reusing.
+	if w.linger == nil {
+		w.linger = time.NewTimer(writerLinger)
+	} else {
+		w.linger.Reset(writerLinger)
+	}
+	linger := w.linger
+	defer linger.Stop() // before Put (deferred earlier, run later)
 	for {
 		batch = c.out.take(batch)
 		if len(batch) == 0 {
@@ -210,9 +217,10 @@ var messageWriters = sync.Pool{New: func() any { return new(messageWriter) }}
 // client's own subscription id, into one buffer reused from one write to
 // the next. It is owned by one writer goroutine at a time.
 type messageWriter struct {
-	arena []byte
-	spans []int // end of each spliced message in arena
-	msgs  [][]byte
+	arena  []byte
+	spans  []int // end of each spliced message in arena
+	msgs   [][]byte
+	linger *time.Timer // the writer's idle timer, stopped while pooled
 }
 
 // messages returns the messages of batch as the client gets them, valid

@@ -16,7 +16,9 @@ type Batch struct {
 
 // NewBatch returns a batch expecting want answers.
 func NewBatch(c ClientID, want int) *Batch {
-	return &Batch{Client: c, want: want, parts: make([][]byte, 0, want)}
+	// parts is made on the first Add: a batch answered whole by the
+	// node (core's wholeBatch) never needs it.
+	return &Batch{Client: c, want: want}
 }
 
 // Add records one answer and reports whether this answer completed the
@@ -26,6 +28,9 @@ func NewBatch(c ClientID, want int) *Batch {
 func (b *Batch) Add(resp []byte) (completed bool) {
 	if len(b.parts) >= b.want {
 		return false
+	}
+	if b.parts == nil {
+		b.parts = make([][]byte, 0, b.want)
 	}
 	b.parts = append(b.parts, resp)
 	b.size += len(resp) + 1

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 )
 
@@ -561,8 +562,10 @@ func plainRun(b []byte, i int) int {
 		x := binary.LittleEndian.Uint64(b[i:])
 		q := x ^ (lsb * '"')
 		e := x ^ (lsb * '\\')
-		if ((q-lsb)&^q|(e-lsb)&^e|(x-lsb*0x20)&^x)&msb != 0 {
-			break
+		if m := ((q-lsb)&^q | (e-lsb)&^e | (x-lsb*0x20)&^x) & msb; m != 0 {
+			// The lowest flagged byte is a true one (a false flag
+			// needs a borrow from a true one below it): no byte walk.
+			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
 	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {

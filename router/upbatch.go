@@ -30,6 +30,9 @@ type UpstreamBatch struct {
 	next       int      // the first element not yet sent
 	owed       int      // calls of the array in flight not yet settled
 	from       int      // the array in flight is elems[from:next]
+	// slot is 1 + the slot of the group of the pending table that holds
+	// the calls' Pendings (see Requests), 0 for none.
+	slot int32
 }
 
 // upElem is one forwarded element: a call (id != 0) or a notification.
@@ -37,18 +40,25 @@ type upElem struct {
 	id      uint64 // upstream id; 0 for a notification
 	frame   []byte // as sent upstream
 	settled bool
+	// pending says p is the call's entry in the pending table that holds
+	// the batch's group (Requests).
+	pending bool
+	p       Pending
 }
 
 // NewUpstreamBatch returns a batch that lays its elements out in one buffer
 // as they are added through Room, sized for a client frame of frameLen
-// bytes holding n messages, so that the array it sends is that buffer.
-func NewUpstreamBatch(frameLen, n int) *UpstreamBatch {
+// bytes holding n messages whose ids take idLen bytes in all, so that the
+// array it sends is that buffer.
+func NewUpstreamBatch(frameLen, n, idLen int) *UpstreamBatch {
 	// Each element's upstream frame is its client bytes with the id
 	// replaced by at most 20 digits; one separator each, and the brackets.
-	arena := make([]byte, 1, frameLen+21*n+2)
-	arena[0] = '['
+	// The clients' ids (KeepID) follow in the same allocation.
+	size := frameLen + 21*n + 2
+	buf := make([]byte, 1, size+idLen)
+	buf[0] = '['
 	return &UpstreamBatch{
-		arena: arena, ids: make([]byte, 0, frameLen), inArena: true,
+		arena: buf[:1:size], ids: buf[size : size : size+idLen], inArena: true,
 		elems: make([]upElem, 0, n), calls: make([]int32, 0, n),
 	}
 }
@@ -182,6 +192,13 @@ func (u *UpstreamBatch) noneSettled() bool {
 
 // index returns the position of call id, or -1.
 func (u *UpstreamBatch) index(id uint64) int {
+	if len(u.calls) == 0 {
+		return -1
+	}
+	// The ids of a batch's calls are most often consecutive.
+	if k := id - u.elems[u.calls[0]].id; k < uint64(len(u.calls)) && u.elems[u.calls[k]].id == id {
+		return int(u.calls[k])
+	}
 	k, ok := slices.BinarySearchFunc(u.calls, id, func(pos int32, id uint64) int {
 		return cmp.Compare(u.elems[pos].id, id)
 	})
@@ -206,6 +223,26 @@ func (u *UpstreamBatch) Settle(id uint64) (sendNext bool) {
 	}
 	u.owed--
 	return u.owed == 0 && u.next < len(u.elems)
+}
+
+// AnswerRoom returns the memory the batch's elements were laid out in
+// (see Room), empty, for the client's answer to the whole batch when it
+// has room for n bytes; nil when it has not, or when some element is still
+// to be sent or answered. Once every call is settled and read for the last
+// time (each Pending's Frame lies there), nothing reads that memory any
+// more: the frames sent upstream were copied when written. A longer
+// answer than n may still be appended: the slice's capacity ends before
+// the clients' ids (KeepID), so append moves it elsewhere.
+func (u *UpstreamBatch) AnswerRoom(n int) []byte {
+	if u.next != len(u.elems) || u.owed != 0 || n > cap(u.arena) {
+		return nil
+	}
+	for i := range u.elems {
+		if u.elems[i].id != 0 && !u.elems[i].settled {
+			return nil
+		}
+	}
+	return u.arena[:0]
 }
 
 // Started reports whether anything of the batch has been sent.

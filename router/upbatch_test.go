@@ -140,7 +140,7 @@ func TestUpstreamBatch(t *testing.T) {
 func TestUpstreamBatchArena(t *testing.T) {
 	frame := `[{"id":"a"},{"n":1},{"id":"b"}]`
 	t.Run("whole batch, no copy", func(t *testing.T) {
-		u := NewUpstreamBatch(len(frame), 3)
+		u := NewUpstreamBatch(len(frame), 3, len(frame))
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		// A refused element leaves nothing behind: it is built in the
 		// room and never added.
@@ -162,7 +162,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 	t.Run("settled before sending is copied without it", func(t *testing.T) {
-		u := NewUpstreamBatch(len(frame), 3)
+		u := NewUpstreamBatch(len(frame), 3, len(frame))
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		u.AddCall(2, append(u.Room(), `{"id":2}`...))
 		u.AddCall(3, append(u.Room(), `{"id":3}`...))
@@ -172,7 +172,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 	t.Run("an element built elsewhere", func(t *testing.T) {
-		u := NewUpstreamBatch(len(frame), 3)
+		u := NewUpstreamBatch(len(frame), 3, len(frame))
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		u.AddCall(2, []byte(`{"id":2}`))
 		u.AddCall(3, append(u.Room(), `{"id":3}`...))
@@ -181,7 +181,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 	t.Run("arena too small", func(t *testing.T) {
-		u := NewUpstreamBatch(0, 0) // room for "[" and "]" only
+		u := NewUpstreamBatch(0, 0, 0) // room for "[" and "]" only
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		u.AddCall(2, append(u.Room(), `{"id":2}`...))
 		if out := u.NextArrays(nil, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2}]` {
@@ -189,7 +189,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		}
 	})
 	t.Run("chunks", func(t *testing.T) {
-		u := NewUpstreamBatch(len(frame), 3)
+		u := NewUpstreamBatch(len(frame), 3, len(frame))
 		for id := uint64(1); id <= 3; id++ {
 			u.AddCall(id, append(u.Room(), fmt.Sprintf(`{"id":%d}`, id)...))
 		}
@@ -197,4 +197,39 @@ func TestUpstreamBatchArena(t *testing.T) {
 			t.Fatalf("sent %q", out)
 		}
 	})
+}
+
+// TestUpstreamBatchAnswerRoom: the arena is handed out for the answer only
+// once every element is sent and every call settled, and an answer that
+// outgrows it leaves the clients' ids alone.
+func TestUpstreamBatchAnswerRoom(t *testing.T) {
+	frame := `[{"id":"a"},{"n":1},{"id":"b"}]`
+	u := NewUpstreamBatch(len(frame), 3, 6)
+	a := u.KeepID([]byte(`"a"`))
+	u.AddCall(1, append(u.Room(), `{"id":1}`...))
+	u.AddNotification(append(u.Room(), `{"n":1}`...))
+	b := u.KeepID([]byte(`"b"`))
+	u.AddCall(2, append(u.Room(), `{"id":2}`...))
+	if u.AnswerRoom(1) != nil {
+		t.Fatal("room before the array was sent")
+	}
+	u.NextArrays(nil, 0)
+	u.Settle(1)
+	if u.AnswerRoom(1) != nil {
+		t.Fatal("room with a call unsettled")
+	}
+	u.Settle(2)
+	if u.AnswerRoom(cap(u.arena)+1) != nil {
+		t.Fatal("room for more than the arena holds")
+	}
+	out := u.AnswerRoom(8)
+	if out == nil || len(out) != 0 || &out[:1][0] != &u.arena[:1][0] {
+		t.Fatal("no room in the arena once everything is settled")
+	}
+	for range 10 {
+		out = append(out, frame...)
+	}
+	if string(a) != `"a"` || string(b) != `"b"` {
+		t.Fatalf("ids overwritten: %s %s", a, b)
+	}
 }
