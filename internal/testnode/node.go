@@ -362,5 +362,11 @@ func (f *Node) received(fc *Conn, b []byte) bool {
 			fc.Answer(r)
 		}
 	}
+	// Again once handled: a waiter's condition may read what the handler
+	// changed (a count of its own), which the notification above came too
+	// early to show.
+	f.mu.Lock()
+	f.notifyLocked()
+	f.mu.Unlock()
 	return true
 }
