@@ -305,6 +305,50 @@ func TestLogsStaleHeldNoMatchOnNewBranch(t *testing.T) {
 	}
 }
 
+// TestLogsStaleAfterJob: as TestLogsStaleHeldNoMatchOnNewBranch, but A's
+// removal comes after the backfill ended, and A itself either while it ran
+// (held) or after it: the node's answers (from the chain as it is)
+// overtook its pushes (of each event in turn). The backfill delivered
+// block 9 of the new branch; A would follow it out of chain order, so it
+// goes neither, and nor does its removal. (Found by the chaos suite:
+// 164/0..164/3, then 163/0 of a block orphaned by the reorg that made 164.)
+func TestLogsStaleAfterJob(t *testing.T) {
+	for _, heldA := range []bool{true, false} {
+		t.Run(fmt.Sprintf("held=%v", heldA), func(t *testing.T) {
+			main := chainOf(0, 0, 60)
+			forked := chainOf(1, 7, 60) // block 8 differs, and has no logs
+			n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 9, 60)...)}
+			h, later := heldLogsJob(t, n, forked, 9)
+			orphaned := only(logsOf(main, 8, 8), "0xaa")
+			pushA := func() {
+				for _, l := range orphaned {
+					h.push(logsKey, logJSON(l, false))
+				}
+			}
+			if heldA {
+				pushA()
+			}
+			if len(h.out) != 0 || len(*later) != 1 {
+				t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(*later))
+			}
+			answerLater(h, n, *later)
+			if !heldA {
+				pushA()
+			}
+			for _, l := range orphaned {
+				h.push(logsKey, logJSON(l, true))
+			}
+			for _, l := range only(logsOf(forked, 9, 10), "0xaa") {
+				h.push(logsKey, logJSON(l, false))
+			}
+			want := logStrings(append(only(logsOf(main, 6, 7), "0xaa"), only(logsOf(forked, 9, 10), "0xaa")...), false)
+			if got := h.deliveredLogs(); !slices.Equal(got, want) {
+				t.Fatalf("delivered\n%v\nwant\n%v", got, want)
+			}
+		})
+	}
+}
+
 // TestLogsRoundTrips: a logs job after a reorg across the outage takes two
 // round trips: the head and the remembered blocks' checks together, then
 // eth_getLogs. (Each round trip was its own: head, a check per replaced
