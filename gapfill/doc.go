@@ -69,7 +69,12 @@
 //     A log held while the job ran whose removal (removed: true) was held
 //     after it is dropped with its removal: a reorg the node pushed
 //     meanwhile orphaned it, and the job delivered the chain as it is now
-//     (where its block may have no matching log at all).
+//     (where its block may have no matching log at all). So is a held
+//     or live log that would go before the last log delivered, with no
+//     removal delivered since: the node pushes in chain order and removes
+//     a delivered log before it sends its replacement, so the log is of a
+//     block orphaned by a reorg whose answers to the job overtook its
+//     pushes, and its removal comes later (dropped too: never sent).
 //   - logs on a live connection: the machine follows the node's head
 //     through the heads it pushes to any newHeads key on the connection.
 //     A head more than one block above the last (a catch-up jump: geth

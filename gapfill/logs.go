@@ -38,6 +38,15 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 		// block as it now is).
 		return
 	}
+	if k.haveLastPos && !k.lastRemoved && (logPos{l.block, l.index}).before(k.lastPos) {
+		// Before the last log delivered, with no removal since: the node
+		// pushes in chain order and removes a delivered log before it
+		// sends the branch replacing it, so this one is of a block a
+		// backfill already delivered as it now is, orphaned by a reorg
+		// whose answers overtook its pushes: stale. Its removal, never
+		// sent either, is dropped above.
+		return
+	}
 	if live {
 		l.raw = append([]byte(nil), l.raw...)
 	}
@@ -83,6 +92,7 @@ func (p logPos) before(q logPos) bool {
 // there).
 func delivered(k *keyState, l logEntry) {
 	p := logPos{l.block, l.index}
+	k.lastRemoved = l.removed
 	if l.removed {
 		p.index = 0
 		if k.haveLastPos && !p.before(k.lastPos) {
