@@ -72,9 +72,11 @@
 //     (where its block may have no matching log at all). So is a held
 //     or live log that would go before the last log delivered, with no
 //     removal delivered since: the node pushes in chain order and removes
-//     a delivered log before it sends its replacement, so the log is of a
-//     block orphaned by a reorg whose answers to the job overtook its
-//     pushes, and its removal comes later (dropped too: never sent).
+//     a delivered log before it sends its replacement, so a backfill
+//     delivered its block otherwise (a reorg whose answers overtook its
+//     pushes orphaned it, or the job's range chunks straddled a reorg):
+//     it is not delivered and the gap is counted (late); its removal, if
+//     it comes, is dropped too (never sent).
 //   - logs on a live connection: the machine follows the node's head
 //     through the heads it pushes to any newHeads key on the connection.
 //     A head more than one block above the last (a catch-up jump: geth

@@ -39,12 +39,14 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 		return
 	}
 	if k.haveLastPos && !k.lastRemoved && (logPos{l.block, l.index}).before(k.lastPos) {
-		// Before the last log delivered, with no removal since: the node
-		// pushes in chain order and removes a delivered log before it
-		// sends the branch replacing it, so this one is of a block a
-		// backfill already delivered as it now is, orphaned by a reorg
-		// whose answers overtook its pushes: stale. Its removal, never
-		// sent either, is dropped above.
+		// Before the last log delivered, with no removal since: a
+		// backfill delivered later blocks first. Either this block was
+		// orphaned by a reorg whose answers overtook its pushes (its
+		// removal, never sent either, is dropped above), or the
+		// backfill's range answers straddled a reorg and it delivered
+		// another branch's block here. Delivered now it would break the
+		// order; it is counted as late, as a fetched one is.
+		m.gap(k, "late")
 		return
 	}
 	if live {

@@ -345,6 +345,11 @@ func TestLogsStaleAfterJob(t *testing.T) {
 			if got := h.deliveredLogs(); !slices.Equal(got, want) {
 				t.Fatalf("delivered\n%v\nwant\n%v", got, want)
 			}
+			// Counted once per log: a stale one cannot be told from a
+			// canonical one the backfill's answers skipped.
+			if want := []Gap{{"logs", "late"}, {"logs", "late"}}; !slices.Equal(h.gaps, want) {
+				t.Fatalf("gaps %v, want %v", h.gaps, want)
+			}
 		})
 	}
 }
