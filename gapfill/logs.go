@@ -38,12 +38,12 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 		// block as it now is).
 		return
 	}
-	if k.haveLastPos && !k.lastRemoved && (logPos{l.block, l.index}).before(k.lastPos) {
-		// Before the last log delivered, with no removal since: a
-		// backfill delivered later blocks first. Either this block was
-		// orphaned by a reorg whose answers overtook its pushes (its
-		// removal, never sent either, is dropped above), or the
-		// backfill's range answers straddled a reorg and it delivered
+	if laterDelivered(k, l.block) {
+		// A log of a later block was delivered and stands (not
+		// removed): a backfill delivered it first. Either this block
+		// was orphaned by a reorg whose answers overtook its pushes
+		// (its removal, never sent either, is dropped above), or the
+		// backfill's range answers straddled a reorg and delivered
 		// another branch's block here. Delivered now it would break the
 		// order; it is counted as late, as a fetched one is.
 		m.gap(k, "late")
@@ -94,7 +94,6 @@ func (p logPos) before(q logPos) bool {
 // there).
 func delivered(k *keyState, l logEntry) {
 	p := logPos{l.block, l.index}
-	k.lastRemoved = l.removed
 	if l.removed {
 		p.index = 0
 		if k.haveLastPos && !p.before(k.lastPos) {
@@ -102,6 +101,17 @@ func delivered(k *keyState, l logEntry) {
 		}
 	}
 	k.lastPos, k.haveLastPos = p, true
+}
+
+// laterDelivered reports whether a log of a block above n was delivered
+// to k and not removed since.
+func laterDelivered(k *keyState, n uint64) bool {
+	for b := range k.blocks {
+		if b > n {
+			return true
+		}
+	}
+	return false
 }
 
 func seen(k *keyState, l logEntry) bool {

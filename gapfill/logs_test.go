@@ -355,49 +355,63 @@ func TestLogsStaleAfterJob(t *testing.T) {
 }
 
 // TestLogsRangeStraddlesReorg: a backfill's range chunks are answered on
-// either side of a reorg: blocks 7..8 before it (block 8 with no matching
-// log), block 9 after it, on the new branch, whose block 8 has logs; the
-// node pushes those meanwhile (held). Delivered after block 9's, they
-// would break the chain order: they are not, and are counted late. (Found
-// by the chaos suite: 164/0..164/3, then 163/0; and with a trace, a job
-// whose chunk 171..202 was answered before a reorg and 203 after it.)
+// either side of a reorg: blocks 7..8 before it, block 9 after it, on the
+// new branch, whose block 8 has logs; the node pushes those meanwhile
+// (held), after the removals of the old block 8's if it had any. Delivered
+// after block 9's, the new block 8's logs would break the chain order:
+// they are not, and are counted late. (Found by the chaos suite: 164/0..3,
+// then 163/0; and, traced, 202/0..2, 203/0..2, 202/0..2 removed, then the
+// new 202/0, of a job whose chunk 171..202 was answered before a reorg and
+// 203 after it.)
 func TestLogsRangeStraddlesReorg(t *testing.T) {
-	main := chainOf(0, 0, 60)
-	forked := chainOf(1, 7, 60) // blocks 8 on differ
-	var logs []lg
-	for _, l := range logsOf(main, 1, 60) {
-		if l.block != 8 {
-			logs = append(logs, l)
-		}
-	}
-	n := &node{chain: main, head: 0, logs: append(logs, logsOf(forked, 8, 60)...)}
-	h := lostAfterLogs(t, Config{Blocks: 128, LogsChunk: 2}, n, 5)
-	n.head = 9
-	var later []Send
-	n.hook = func(s Send) ([]byte, bool, bool) {
-		if s.Method == "eth_getLogs" {
-			later = append(later, s)
-			return nil, false, true
-		}
-		return nil, false, false
-	}
-	h.out = nil
-	h.apply(h.m.Live(logsKey, h.now), nil)
-	if len(later) != 3 {
-		t.Fatalf("getLogs %d, want 3 chunks (5-6, 7-8, 9)", len(later))
-	}
-	answerLater(h, n, later[:2]) // on the main chain
-	n.chain, n.head = forked, 10
-	for _, l := range only(logsOf(forked, 8, 9), "0xaa") {
-		h.push(logsKey, logJSON(l, false))
-	}
-	answerLater(h, n, later[2:]) // block 9 of the new branch
-	want := logStrings(append(only(logsOf(main, 6, 7), "0xaa"), only(logsOf(forked, 9, 9), "0xaa")...), false)
-	if got := h.deliveredLogs(); !slices.Equal(got, want) {
-		t.Fatalf("delivered\n%v\nwant\n%v", got, want)
-	}
-	if want := []Gap{{"logs", "late"}, {"logs", "late"}}; !slices.Equal(h.gaps, want) {
-		t.Fatalf("gaps %v, want %v", h.gaps, want)
+	for _, old8 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old block 8 with logs=%v", old8), func(t *testing.T) {
+			main := chainOf(0, 0, 60)
+			forked := chainOf(1, 7, 60) // blocks 8 on differ
+			var logs []lg
+			for _, l := range logsOf(main, 1, 60) {
+				if l.block != 8 || old8 {
+					logs = append(logs, l)
+				}
+			}
+			n := &node{chain: main, head: 0, logs: append(logs, logsOf(forked, 8, 60)...)}
+			h := lostAfterLogs(t, Config{Blocks: 128, LogsChunk: 2}, n, 5)
+			n.head = 9
+			var later []Send
+			n.hook = func(s Send) ([]byte, bool, bool) {
+				if s.Method == "eth_getLogs" {
+					later = append(later, s)
+					return nil, false, true
+				}
+				return nil, false, false
+			}
+			h.out = nil
+			h.apply(h.m.Live(logsKey, h.now), nil)
+			if len(later) != 3 {
+				t.Fatalf("getLogs %d, want 3 chunks (5-6, 7-8, 9)", len(later))
+			}
+			answerLater(h, n, later[:2]) // on the main chain
+			n.chain, n.head = forked, 10
+			var gone []lg
+			if old8 {
+				gone = only(logsOf(main, 8, 8), "0xaa")
+			}
+			for _, l := range gone {
+				h.push(logsKey, logJSON(l, true))
+			}
+			for _, l := range only(logsOf(forked, 8, 9), "0xaa") {
+				h.push(logsKey, logJSON(l, false))
+			}
+			answerLater(h, n, later[2:]) // block 9 of the new branch
+			want := logStrings(append(append(only(logsOf(main, 6, 7), "0xaa"), gone...), only(logsOf(forked, 9, 9), "0xaa")...), false)
+			want = append(want, logStrings(gone, true)...)
+			if got := h.deliveredLogs(); !slices.Equal(got, want) {
+				t.Fatalf("delivered\n%v\nwant\n%v", got, want)
+			}
+			if want := []Gap{{"logs", "late"}, {"logs", "late"}}; !slices.Equal(h.gaps, want) {
+				t.Fatalf("gaps %v, want %v", h.gaps, want)
+			}
+		})
 	}
 }
 

@@ -166,9 +166,6 @@ type keyState struct {
 	// go out of chain order.
 	lastPos     logPos
 	haveLastPos bool
-	// logs: the last delivery was a removal: the branch replacing it may
-	// start below lastPos (at a block none of whose logs matched).
-	lastRemoved bool
 	// logs: a head jump seen while a job ran, whose blocks
 	// [owedFrom, owedTo] the next job fetches; owedTo 0: none.
 	owedFrom, owedTo uint64
