@@ -69,7 +69,12 @@
 //     A log held while the job ran whose removal (removed: true) was held
 //     after it is dropped with its removal: a reorg the node pushed
 //     meanwhile orphaned it, and the job delivered the chain as it is now
-//     (where its block may have no matching log at all).
+//     (where its block may have no matching log at all). So is a held
+//     or live log of a block below one whose logs were delivered and not
+//     removed: a backfill delivered the later block first (a reorg whose
+//     answers overtook its pushes orphaned this one, or the job's range
+//     chunks straddled a reorg): it is not delivered and the gap is
+//     counted (late); its removal, if it comes, is dropped (never sent).
 //   - logs on a live connection: the machine follows the node's head
 //     through the heads it pushes to any newHeads key on the connection.
 //     A head more than one block above the last (a catch-up jump: geth

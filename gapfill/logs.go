@@ -38,6 +38,17 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 		// block as it now is).
 		return
 	}
+	if laterDelivered(k, l.block) {
+		// A log of a later block was delivered and stands (not
+		// removed): a backfill delivered it first. Either this block
+		// was orphaned by a reorg whose answers overtook its pushes
+		// (its removal, never sent either, is dropped above), or the
+		// backfill's range answers straddled a reorg and delivered
+		// another branch's block here. Delivered now it would break the
+		// order; it is counted as late, as a fetched one is.
+		m.gap(k, "late")
+		return
+	}
 	if live {
 		l.raw = append([]byte(nil), l.raw...)
 	}
@@ -90,6 +101,17 @@ func delivered(k *keyState, l logEntry) {
 		}
 	}
 	k.lastPos, k.haveLastPos = p, true
+}
+
+// laterDelivered reports whether a log of a block above n was delivered
+// to k and not removed since.
+func laterDelivered(k *keyState, n uint64) bool {
+	for b := range k.blocks {
+		if b > n {
+			return true
+		}
+	}
+	return false
 }
 
 func seen(k *keyState, l logEntry) bool {

@@ -305,6 +305,116 @@ func TestLogsStaleHeldNoMatchOnNewBranch(t *testing.T) {
 	}
 }
 
+// TestLogsStaleAfterJob: as TestLogsStaleHeldNoMatchOnNewBranch, but A's
+// removal comes after the backfill ended, and A itself either while it ran
+// (held) or after it: the node's answers (from the chain as it is)
+// overtook its pushes (of each event in turn). The backfill delivered
+// block 9 of the new branch; A would follow it out of chain order, so it
+// goes neither, and nor does its removal. (Found by the chaos suite:
+// 164/0..164/3, then 163/0 of a block orphaned by the reorg that made 164.)
+func TestLogsStaleAfterJob(t *testing.T) {
+	for _, heldA := range []bool{true, false} {
+		t.Run(fmt.Sprintf("held=%v", heldA), func(t *testing.T) {
+			main := chainOf(0, 0, 60)
+			forked := chainOf(1, 7, 60) // block 8 differs, and has no logs
+			n := &node{chain: main, head: 0, logs: append(logsOf(main, 1, 60), logsOf(forked, 9, 60)...)}
+			h, later := heldLogsJob(t, n, forked, 9)
+			orphaned := only(logsOf(main, 8, 8), "0xaa")
+			pushA := func() {
+				for _, l := range orphaned {
+					h.push(logsKey, logJSON(l, false))
+				}
+			}
+			if heldA {
+				pushA()
+			}
+			if len(h.out) != 0 || len(*later) != 1 {
+				t.Fatalf("delivered %v before the backfill, getLogs %d", h.deliveredLogs(), len(*later))
+			}
+			answerLater(h, n, *later)
+			if !heldA {
+				pushA()
+			}
+			for _, l := range orphaned {
+				h.push(logsKey, logJSON(l, true))
+			}
+			for _, l := range only(logsOf(forked, 9, 10), "0xaa") {
+				h.push(logsKey, logJSON(l, false))
+			}
+			want := logStrings(append(only(logsOf(main, 6, 7), "0xaa"), only(logsOf(forked, 9, 10), "0xaa")...), false)
+			if got := h.deliveredLogs(); !slices.Equal(got, want) {
+				t.Fatalf("delivered\n%v\nwant\n%v", got, want)
+			}
+			// Counted once per log: a stale one cannot be told from a
+			// canonical one the backfill's answers skipped.
+			if want := []Gap{{"logs", "late"}, {"logs", "late"}}; !slices.Equal(h.gaps, want) {
+				t.Fatalf("gaps %v, want %v", h.gaps, want)
+			}
+		})
+	}
+}
+
+// TestLogsRangeStraddlesReorg: a backfill's range chunks are answered on
+// either side of a reorg: blocks 7..8 before it, block 9 after it, on the
+// new branch, whose block 8 has logs; the node pushes those meanwhile
+// (held), after the removals of the old block 8's if it had any. Delivered
+// after block 9's, the new block 8's logs would break the chain order:
+// they are not, and are counted late. (Found by the chaos suite: 164/0..3,
+// then 163/0; and, traced, 202/0..2, 203/0..2, 202/0..2 removed, then the
+// new 202/0, of a job whose chunk 171..202 was answered before a reorg and
+// 203 after it.)
+func TestLogsRangeStraddlesReorg(t *testing.T) {
+	for _, old8 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old block 8 with logs=%v", old8), func(t *testing.T) {
+			main := chainOf(0, 0, 60)
+			forked := chainOf(1, 7, 60) // blocks 8 on differ
+			var logs []lg
+			for _, l := range logsOf(main, 1, 60) {
+				if l.block != 8 || old8 {
+					logs = append(logs, l)
+				}
+			}
+			n := &node{chain: main, head: 0, logs: append(logs, logsOf(forked, 8, 60)...)}
+			h := lostAfterLogs(t, Config{Blocks: 128, LogsChunk: 2}, n, 5)
+			n.head = 9
+			var later []Send
+			n.hook = func(s Send) ([]byte, bool, bool) {
+				if s.Method == "eth_getLogs" {
+					later = append(later, s)
+					return nil, false, true
+				}
+				return nil, false, false
+			}
+			h.out = nil
+			h.apply(h.m.Live(logsKey, h.now), nil)
+			if len(later) != 3 {
+				t.Fatalf("getLogs %d, want 3 chunks (5-6, 7-8, 9)", len(later))
+			}
+			answerLater(h, n, later[:2]) // on the main chain
+			n.chain, n.head = forked, 10
+			var gone []lg
+			if old8 {
+				gone = only(logsOf(main, 8, 8), "0xaa")
+			}
+			for _, l := range gone {
+				h.push(logsKey, logJSON(l, true))
+			}
+			for _, l := range only(logsOf(forked, 8, 9), "0xaa") {
+				h.push(logsKey, logJSON(l, false))
+			}
+			answerLater(h, n, later[2:]) // block 9 of the new branch
+			want := logStrings(append(append(only(logsOf(main, 6, 7), "0xaa"), gone...), only(logsOf(forked, 9, 9), "0xaa")...), false)
+			want = append(want, logStrings(gone, true)...)
+			if got := h.deliveredLogs(); !slices.Equal(got, want) {
+				t.Fatalf("delivered\n%v\nwant\n%v", got, want)
+			}
+			if want := []Gap{{"logs", "late"}, {"logs", "late"}}; !slices.Equal(h.gaps, want) {
+				t.Fatalf("gaps %v, want %v", h.gaps, want)
+			}
+		})
+	}
+}
+
 // TestLogsRoundTrips: a logs job after a reorg across the outage takes two
 // round trips: the head and the remembered blocks' checks together, then
 // eth_getLogs. (Each round trip was its own: head, a check per replaced
