@@ -245,6 +245,12 @@ func (f *Node) WaitSeen(t testing.TB, method string, n int) {
 }
 
 func (f *Node) serve(w http.ResponseWriter, r *http.Request) {
+	// Counted from the start, while the request is still one httptest's
+	// Close waits for: counted only after the WebSocket handshake (which
+	// hijacks the connection, so Close no longer waits), the Add could
+	// race the cleanup's Wait.
+	f.wg.Add(1)
+	defer f.wg.Done()
 	if f.refuse.Load() || f.ctx.Err() != nil {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 		return
@@ -254,8 +260,6 @@ func (f *Node) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadLimit(-1)
-	f.wg.Add(1)
-	defer f.wg.Done()
 	fc := &Conn{f: f, ws: ws, Header: r.Header.Clone(), done: make(chan struct{}),
 		subs: map[string]json.RawMessage{}, subKey: map[string]int{}, lifoWake: make(chan struct{}, 1)}
 	f.mu.Lock()
