@@ -184,6 +184,18 @@ func (s *Server) decideLocked(now time.Time) *switchover {
 	return &switchover{eff, to}
 }
 
+// decide gives the selector event (nil: only the time) under s.mu, asks
+// it whether the active upstream changes, and carries the change out.
+func (s *Server) decide(now time.Time, event func()) {
+	s.mu.Lock()
+	if event != nil {
+		event()
+	}
+	sw := s.decideLocked(now)
+	s.mu.Unlock()
+	s.applySwitch(sw)
+}
+
 // applySwitch carries out a switchover's effects; nil does nothing.
 func (s *Server) applySwitch(sw *switchover) {
 	if sw != nil {
@@ -213,11 +225,7 @@ func (s *Server) closeGens(gens []uint64) {
 // wait at start for it (startWait).
 func (s *Server) dialFailed(n *upstreamNode) {
 	now := time.Now()
-	s.mu.Lock()
-	s.sel.Unreachable(n.index, now)
-	sw := s.decideLocked(now)
-	s.mu.Unlock()
-	s.applySwitch(sw)
+	s.decide(now, func() { s.sel.Unreachable(n.index, now) })
 }
 
 // healthStart sends a new connection's health requests.
@@ -254,10 +262,7 @@ func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
 	}
 	if num, _, _, ok := gapfill.PushedHead(m.Params.In(frame)); ok {
 		now := time.Now()
-		s.mu.Lock()
-		sw := s.headSeenLocked(u, num, now)
-		s.mu.Unlock()
-		s.applySwitch(sw)
+		s.decide(now, func() { s.headSeenLocked(u, num, now) })
 	}
 	return true
 }
@@ -266,14 +271,15 @@ func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
 // higher than any u showed before: geth pushes each subscription on its
 // own, so muxd's health subscription may tell of a head after a client's
 // newHeads subscription did, and a failback must never go to a node behind
-// what clients were sent. Caller holds s.mu and applies the result.
-func (s *Server) headSeenLocked(u *upstreamConn, num uint64, now time.Time) *switchover {
+// what clients were sent. It reports whether the selector was told. Caller
+// holds s.mu.
+func (s *Server) headSeenLocked(u *upstreamConn, num uint64, now time.Time) bool {
 	if u.demoted || u.node.conn != u || num <= u.head {
-		return nil
+		return false
 	}
 	u.head = num
 	s.sel.Head(u.node.index, num, now)
-	return s.decideLocked(now)
+	return true
 }
 
 // chainIDAnswered gives the selector u's chain id.
@@ -283,34 +289,17 @@ func (s *Server) chainIDAnswered(u *upstreamConn, frame []byte, m *router.Messag
 		id = string(m.Result.In(frame))
 	}
 	now := time.Now()
-	s.mu.Lock()
-	var sw *switchover
-	if !u.demoted && u.node.conn == u {
-		if !s.sel.ChainID(u.node.index, id, now) {
+	s.decide(now, func() {
+		if !u.demoted && u.node.conn == u && !s.sel.ChainID(u.node.index, id, now) {
 			s.metrics.ChainMismatches.WithLabelValues(u.node.label).Inc()
 			s.log.Error("upstream is on another chain (or did not say): it is never used", "upstream", u.node.label, "host", u.node.host, "chain_id", id)
 		}
-		sw = s.decideLocked(now)
-	}
-	s.mu.Unlock()
-	s.applySwitch(sw)
+	})
 }
 
 // healthLoop gives the selector the time until ctx is done.
 func (s *Server) healthLoop(ctx context.Context) {
-	t := time.NewTicker(healthTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			s.mu.Lock()
-			sw := s.decideLocked(now)
-			s.mu.Unlock()
-			s.applySwitch(sw)
-		}
-	}
+	every(ctx, healthTick, func(now time.Time) { s.decide(now, nil) })
 }
 
 // Ready reports whether muxd can serve: an upstream is active and, with
@@ -325,33 +314,33 @@ func (s *Server) Ready() bool {
 }
 
 // nodeGauges are the per-upstream series, read off the selector when
-// scraped: labelled by index, never by URL.
+// scraped: labelled by the upstream's number, never by URL.
 func (s *Server) nodeGauges() []prometheus.Collector {
+	series := []struct {
+		name, help string
+		value      func(failover.Status) float64
+	}{
+		{"muxd_upstream_node_connected", "1 while this upstream (by its number in the configuration, from 1) is connected.",
+			func(st failover.Status) float64 { return b2f(st.Connected) }},
+		{"muxd_upstream_node_healthy", "1 while this upstream is healthy: connected, on the chain, at most max_head_lag behind, a head within head_timeout.",
+			func(st failover.Status) float64 { return b2f(st.Healthy) }},
+		{"muxd_upstream_node_active", "1 for the upstream that carries client traffic.",
+			func(st failover.Status) float64 { return b2f(st.Active) }},
+		{"muxd_upstream_node_head", "The latest head this upstream pushed (0: none yet; only with several upstreams).",
+			func(st failover.Status) float64 { return float64(st.Head) }},
+	}
 	var cs []prometheus.Collector
 	for _, n := range s.nodes {
-		read := func(f func(failover.Status) float64) func() float64 {
-			return func() float64 {
+		for _, g := range series {
+			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: g.name, Help: g.help, ConstLabels: prometheus.Labels{"upstream": n.label},
+			}, func() float64 {
 				s.mu.Lock()
 				st := s.sel.Status(n.index, time.Now())
 				s.mu.Unlock()
-				return f(st)
-			}
+				return g.value(st)
+			}))
 		}
-		labels := prometheus.Labels{"upstream": n.label}
-		cs = append(cs,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "muxd_upstream_node_connected", Help: "1 while this upstream (by index in the configuration) is connected.", ConstLabels: labels,
-			}, read(func(st failover.Status) float64 { return b2f(st.Connected) })),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "muxd_upstream_node_healthy", Help: "1 while this upstream is healthy: connected, on the chain, at most max_head_lag behind, a head within head_timeout.", ConstLabels: labels,
-			}, read(func(st failover.Status) float64 { return b2f(st.Healthy) })),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "muxd_upstream_node_active", Help: "1 for the upstream that carries client traffic.", ConstLabels: labels,
-			}, read(func(st failover.Status) float64 { return b2f(st.Active) })),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "muxd_upstream_node_head", Help: "The latest head this upstream pushed (0: none yet; only with several upstreams).", ConstLabels: labels,
-			}, read(func(st failover.Status) float64 { return float64(st.Head) })),
-		)
 	}
 	return cs
 }

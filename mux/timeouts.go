@@ -16,14 +16,19 @@ func sweepInterval(timeout time.Duration) time.Duration {
 // there and not as contexts on the shared socket: in coder/websocket an
 // expired context on a Read or Write closes the connection.
 func (s *Server) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(sweepInterval(s.cfg.RequestTimeout))
+	every(ctx, sweepInterval(s.cfg.RequestTimeout), s.tick)
+}
+
+// every calls fn with the time every d until ctx is done.
+func every(ctx context.Context, d time.Duration, fn func(now time.Time)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			s.tick(now)
+			fn(now)
 		}
 	}
 }

@@ -166,7 +166,9 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	if u.eff.Head != 0 && u == cur {
 		// A head clients were sent: the active node's head is at least
 		// that, whatever its health subscription has said so far.
-		sw = s.headSeenLocked(u, u.eff.Head, now)
+		if s.headSeenLocked(u, u.eff.Head, now) {
+			sw = s.decideLocked(now)
+		}
 	}
 	s.mu.Unlock()
 	clear(u.msgs)
