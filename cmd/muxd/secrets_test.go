@@ -164,15 +164,7 @@ func TestSecretFlagsWarning(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("MUXD_UPSTREAM", tt.env)
-			_, stderr, cancel, exit := startServe(t, append(tt.args, "--listen", "127.0.0.1:0")...)
-			cancel()
-			if code := waitExit(t, exit, stderr); code != 0 {
-				t.Fatalf("exit %d:\n%s", code, stderr)
-			}
-			log := stderr.String()
-			if strings.Contains(log, secret) {
-				t.Fatalf("the secret is in the log:\n%s", log)
-			}
+			log := servedLog(t, tt.args...)
 			warned := strings.Count(log, "process list")
 			switch {
 			case tt.want == "" && warned != 0:
@@ -182,4 +174,21 @@ func TestSecretFlagsWarning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// servedLog starts muxd serve with args (on a port of its own), stops it,
+// and returns what it logged, failing the test if it did not exit 0 or if
+// the log holds the secret.
+func servedLog(t *testing.T, args ...string) string {
+	t.Helper()
+	_, stderr, cancel, exit := startServe(t, append(args, "--listen", "127.0.0.1:0")...)
+	cancel()
+	if code := waitExit(t, exit, stderr); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	log := stderr.String()
+	if strings.Contains(log, secret) {
+		t.Fatalf("the secret is in the log:\n%s", log)
+	}
+	return log
 }

@@ -227,15 +227,7 @@ func TestCheckListsUpstreams(t *testing.T) {
 // redacted.
 func TestServeLogsUpstreams(t *testing.T) {
 	t.Setenv("MUXD_UPSTREAM", "ws://127.0.0.1:1/"+secret+", ws://u:"+secret+"@127.0.0.1:2")
-	_, stderr, cancel, exit := startServe(t, "--listen", "127.0.0.1:0")
-	cancel()
-	if code := waitExit(t, exit, stderr); code != 0 {
-		t.Fatalf("exit %d:\n%s", code, stderr)
-	}
-	log := stderr.String()
-	if strings.Contains(log, secret) {
-		t.Fatalf("the secret is in the log:\n%s", log)
-	}
+	log := servedLog(t)
 	if !strings.Contains(log, "upstream.1=ws://127.0.0.1:1/… upstream.2=ws://127.0.0.1:2") {
 		t.Fatalf("the startup log does not list the upstreams:\n%s", log)
 	}
