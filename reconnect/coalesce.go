@@ -80,6 +80,8 @@ type coalescingConn struct {
 	flushing bool          // a flusher goroutine is running
 	err      error         // sticky: the first socket error, or net.ErrClosed after Close
 	more     chan struct{} // cap 1: Write added to buf while a flusher runs
+
+	ahead readAhead // owned by the reading goroutine, not guarded by mu
 }
 
 func newCoalescingConn(c net.Conn) *coalescingConn {
@@ -115,10 +117,11 @@ func (c *coalescingConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Read reads from the socket, telling live when bytes arrived.
+// Read reads from the socket through a read-ahead buffer (readAhead),
+// telling live when bytes arrived. One goroutine reads.
 func (c *coalescingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 && c.live != nil {
+	n, got, err := c.ahead.read(c.Conn, p)
+	if got > 0 && c.live != nil {
 		c.live.progressed()
 	}
 	return n, err
