@@ -70,7 +70,7 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 		for i := range msgs {
 			idLen += msgs[i].ID.Len
 		}
-		up = router.NewUpstreamBatch(len(frame), len(msgs), idLen)
+		up = c.batches.New(len(frame), len(msgs), idLen)
 	}
 	for i := range msgs {
 		m := &msgs[i]

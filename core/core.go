@@ -88,6 +88,9 @@ type Core struct {
 
 	// Scratch reused from one event to the next.
 	uids []uint64
+	// batches is the free list of client batches' upstream bookkeeping,
+	// given back when an array answer completes a batch (wholeBatch).
+	batches router.UpstreamBatches
 }
 
 // client is the core's part of a session.

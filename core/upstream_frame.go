@@ -225,6 +225,9 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 	if cl != nil {
 		e.deliver(cl, Delivery{Msg: append(out, ']')})
 	}
+	// The group was the whole batch (oneUntouchedBatch), now taken: no
+	// slot, waiting request or Pending points at up any more.
+	c.batches.Put(up)
 	return true
 }
 

@@ -51,16 +51,60 @@ type upElem struct {
 // bytes holding n messages whose ids take idLen bytes in all, so that the
 // array it sends is that buffer.
 func NewUpstreamBatch(frameLen, n, idLen int) *UpstreamBatch {
+	u := &UpstreamBatch{elems: make([]upElem, 0, n), calls: make([]int32, 0, n)}
+	u.layOut(frameLen, n, idLen)
+	return u
+}
+
+// layOut gives u a fresh arena for n elements of a frameLen-byte frame.
+func (u *UpstreamBatch) layOut(frameLen, n, idLen int) {
 	// Each element's upstream frame is its client bytes with the id
 	// replaced by at most 20 digits; one separator each, and the brackets.
 	// The clients' ids (KeepID) follow in the same allocation.
 	size := frameLen + 21*n + 2
 	buf := make([]byte, 1, size+idLen)
 	buf[0] = '['
-	return &UpstreamBatch{
-		arena: buf[:1:size], ids: buf[size : size : size+idLen], inArena: true,
-		elems: make([]upElem, 0, n), calls: make([]int32, 0, n),
+	u.arena, u.ids, u.inArena = buf[:1:size], buf[size:size:size+idLen], true
+}
+
+// UpstreamBatches is a free list of UpstreamBatch bookkeeping (the struct
+// and its element and call lists, not the arena, which may have become a
+// client's answer): a busy client batch workload would otherwise allocate
+// and collect it for every batch. Not safe for concurrent use; its owner's
+// lock guards it with the pending table.
+type UpstreamBatches struct {
+	free []*UpstreamBatch
+}
+
+const (
+	maxFreeBatches   = 256 // batches the free list keeps
+	maxFreeBatchSize = 64  // elements a kept batch has room for
+)
+
+// New is NewUpstreamBatch, reusing a batch put back when one is free.
+func (l *UpstreamBatches) New(frameLen, n, idLen int) *UpstreamBatch {
+	k := len(l.free)
+	if k == 0 || n > maxFreeBatchSize {
+		return NewUpstreamBatch(frameLen, n, idLen)
 	}
+	u := l.free[k-1]
+	l.free[k-1] = nil
+	l.free = l.free[:k-1]
+	u.layOut(frameLen, n, idLen)
+	return u
+}
+
+// Put gives u back for reuse. The caller must hold the only reference to
+// u: no pending table slot, waiting request or Pending still points at it
+// (a group taken whole, TakeGroup). Its arena is not reused, so slices of
+// it handed out (frames sent, an answer laid out there) stay valid.
+func (l *UpstreamBatches) Put(u *UpstreamBatch) {
+	if u == nil || len(l.free) >= maxFreeBatches || cap(u.elems) > maxFreeBatchSize {
+		return
+	}
+	clear(u.elems) // the frames, ids and Pendings they hold
+	*u = UpstreamBatch{elems: u.elems[:0], calls: u.calls[:0]}
+	l.free = append(l.free, u)
 }
 
 // Room returns an empty slice in the arena, where the next element's

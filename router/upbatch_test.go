@@ -233,3 +233,48 @@ func TestUpstreamBatchAnswerRoom(t *testing.T) {
 		t.Fatalf("ids overwritten: %s %s", a, b)
 	}
 }
+
+// The free list hands a batch back clean, and never the memory of an
+// answer laid out in a batch's arena (AnswerRoom): that answer is a
+// client's until written.
+func TestUpstreamBatchesReuse(t *testing.T) {
+	var l UpstreamBatches
+	frame := func(u *UpstreamBatch, id string) []byte {
+		return append(u.Room(), `{"jsonrpc":"2.0","id":`+id+`,"method":"eth_call"}`...)
+	}
+	a := l.New(200, 2, 4)
+	a.AddCall(1, frame(a, "1"))
+	a.AddCall(2, frame(a, "2"))
+	if got := string(a.NextArrays(nil, 0)[0]); got != `[{"jsonrpc":"2.0","id":1,"method":"eth_call"},{"jsonrpc":"2.0","id":2,"method":"eth_call"}]` {
+		t.Fatalf("first batch's array: %s", got)
+	}
+	a.Settle(1)
+	a.Settle(2)
+	answer := append(a.AnswerRoom(60), `[{"id":"a"},{"id":"b"}]`...)
+	if answer == nil {
+		t.Fatal("no answer room in a settled batch")
+	}
+	l.Put(a)
+
+	b := l.New(200, 1, 4)
+	if b != a {
+		t.Fatal("New did not reuse the batch put back")
+	}
+	if b.Len() != 0 || b.Started() || b.slot != 0 {
+		t.Fatalf("reused batch not clean: len %d started %v slot %d", b.Len(), b.Started(), b.slot)
+	}
+	b.AddCall(7, frame(b, "7"))
+	if got := string(b.NextArrays(nil, 0)[0]); got != `{"jsonrpc":"2.0","id":7,"method":"eth_call"}` {
+		t.Fatalf("reused batch's frame: %s", got)
+	}
+	if got := string(answer); got != `[{"id":"a"},{"id":"b"}]` {
+		t.Fatalf("the answer laid out in the first batch's arena changed to %s", got)
+	}
+
+	// A batch too large to keep is not kept.
+	big := NewUpstreamBatch(10, maxFreeBatchSize+1, 0)
+	l.Put(big)
+	if c := l.New(10, 1, 0); c == big {
+		t.Fatal("a batch over maxFreeBatchSize was kept")
+	}
+}
