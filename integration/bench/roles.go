@@ -49,8 +49,9 @@ func childMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	// MUXD_BENCH_PROFILE_DIR: write a CPU profile of this child there as
-	// <role>-<pid>.cpu (stop() ends children with SIGTERM first, so it is
-	// flushed).
+	// <role>-<pid>.cpu, and its allocations since start as
+	// <role>-<pid>.allocs (stop() ends children with SIGTERM first, so they
+	// are flushed).
 	if dir := os.Getenv("MUXD_BENCH_PROFILE_DIR"); dir != "" && *role != "upstream" {
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.cpu", *role, os.Getpid())))
 		if err != nil {
@@ -63,6 +64,7 @@ func childMain(args []string) int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+		defer writeAllocs(filepath.Join(dir, fmt.Sprintf("%s-%d.allocs", *role, os.Getpid())))
 	}
 	var err error
 	switch *role {
@@ -80,6 +82,19 @@ func childMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// writeAllocs writes the allocation profile to path (MUXD_BENCH_PROFILE_DIR).
+func writeAllocs(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	}
 }
 
 func listenAndAnnounce(ctx context.Context, h http.Handler) error {
