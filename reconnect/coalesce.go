@@ -154,14 +154,7 @@ func (c *coalescingConn) flush() {
 	c.mu.Lock()
 	for c.err == nil {
 		if len(c.buf) == 0 {
-			c.mu.Unlock()
-			linger.Reset(flusherLinger)
-			select {
-			case <-c.more:
-			case <-linger.C:
-			}
-			c.mu.Lock()
-			if len(c.buf) == 0 {
+			if !c.waitMore(linger) {
 				break
 			}
 			continue // re-check err: Close may have come meanwhile
@@ -191,6 +184,27 @@ func (c *coalescingConn) flush() {
 	}
 	c.drained.Broadcast()
 	c.mu.Unlock()
+}
+
+// waitMore waits, without mu, until a Write queues bytes or the connection
+// fails, or until the queue has stayed empty for flusherLinger; it reports
+// whether to go on. Called and returns with mu held. A signal on more can
+// be stale (sent for bytes the flusher took with an earlier batch): it is
+// waited past, not taken for the end of the linger, so that a busy
+// connection keeps its flusher instead of starting one per batch.
+func (c *coalescingConn) waitMore(linger *time.Timer) bool {
+	linger.Reset(flusherLinger)
+	for len(c.buf) == 0 && c.err == nil {
+		c.mu.Unlock()
+		select {
+		case <-c.more:
+			c.mu.Lock()
+		case <-linger.C:
+			c.mu.Lock()
+			return len(c.buf) > 0 || c.err != nil
+		}
+	}
+	return true
 }
 
 // writeOut writes out to the socket a chunk at a time. Called by the

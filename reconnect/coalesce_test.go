@@ -446,3 +446,51 @@ func TestCoalescingConnKeepsBoundedBuffers(t *testing.T) {
 		check("idle", coalesceIdleKeep, coalesceIdleKeep)
 	})
 }
+
+// TestCoalescingConnFlusherLingers: a signal left over from a Write taken
+// with an earlier batch does not end the flusher; it stays for
+// flusherLinger after the queue empties, so a busy connection does not
+// start a goroutine (and a timer) per batch.
+func TestCoalescingConnFlusherLingers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client, peer := net.Pipe()
+		defer peer.Close()
+		defer client.Close()
+		go io.Copy(io.Discard, peer)
+		cc := &countingConn{Conn: client, gate: make(chan struct{}), inside: make(chan struct{}, 1)}
+		c := newCoalescingConn(cc)
+		flushing := func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.flushing
+		}
+
+		if _, err := c.Write([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		<-cc.inside // the flusher is writing "a"
+		// Queued behind it, with a signal the flusher will not need: it
+		// takes "b" with its next batch.
+		if _, err := c.Write([]byte("b")); err != nil {
+			t.Fatal(err)
+		}
+		close(cc.gate)
+		synctest.Wait() // both written; the queue is empty
+		if !flushing() {
+			t.Fatal("the flusher exited as soon as the queue emptied: a stale signal ended its linger")
+		}
+		time.Sleep(flusherLinger - time.Nanosecond)
+		synctest.Wait()
+		if !flushing() {
+			t.Fatal("the flusher exited before flusherLinger")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if flushing() {
+			t.Fatal("the flusher still runs flusherLinger after the queue emptied")
+		}
+		if cc.writes != 2 {
+			t.Errorf("%d socket writes, want 2", cc.writes)
+		}
+	})
+}
