@@ -141,7 +141,7 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 		if !m.HasID() {
 			return nil
 		}
-		return c.errorBytes(id, router.ErrorMethodDenied)
+		return c.errorBytes(id, router.MethodDenied(method))
 	}
 	elem, idSpan := router.Element(frame, m)
 	if !m.HasID() {

@@ -96,7 +96,7 @@ func TestClientFrames(t *testing.T) {
 		{name: "denied_method_never_sent", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: `{"jsonrpc":"2.0","id":2,"method":"ADMIN_peers"}`,
-				want: []string{`c1< {"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"method not allowed"}}`}},
+				want: []string{`c1< {"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method ADMIN_peers does not exist/is not available","data":{"reason":"denied"}}}`}},
 			{do: "c1", in: `{"jsonrpc":"2.0","method":"admin_addPeer","params":["enode://x"]}`,
 				want: []string{"no answer"}},
 			{do: "c1", in: `{"jsonrpc":"2.0","id":3,"method":"debug_traceTransaction","params":["0x1"]}`,
@@ -105,7 +105,7 @@ func TestClientFrames(t *testing.T) {
 		{name: "denied_by_a_custom_pattern", cfg: func(c *Config) { c.DenyMethods = []string{"x?_*"} }, steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: `{"jsonrpc":"2.0","id":1,"method":"xY_anything/at all"}`,
-				want: []string{`c1< {"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"method not allowed"}}`}},
+				want: []string{`c1< {"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"the method xY_anything/at all does not exist/is not available","data":{"reason":"denied"}}}`}},
 			{do: "c1", in: `{"jsonrpc":"2.0","id":2,"method":"admin_peers"}`,
 				want: []string{`up> {"jsonrpc":"2.0","id":1,"method":"admin_peers"}`}},
 		}},

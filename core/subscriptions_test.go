@@ -354,7 +354,7 @@ func TestSubscriptions(t *testing.T) {
 		})},
 		{name: "batch_with_subscribe_answered_by_muxd_alone", steps: liveHeads([]step{
 			{do: "c2", in: `[` + sub("1", heads) + `,` + req("2", "admin_peers") + `]`,
-				want: []string{`c2< [` + res("1", `"0xs2"`) + `,{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"method not allowed"}}]`}},
+				want: []string{`c2< [` + res("1", `"0xs2"`) + `,{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}}]`}},
 			{do: "up", in: push(`"0xaa"`, "1"), want: []string{`c1< ` + push(`"0xs1"`, "1"), `c2< ` + push(`"0xs2"`, "1")}},
 		})},
 		{name: "batch_that_subscribes_a_new_key", steps: []step{

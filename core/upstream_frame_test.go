@@ -43,7 +43,7 @@ func TestResponsesAndBatches(t *testing.T) {
 			{do: "c1", in: "[" + a + `,{"jsonrpc":"2.0","method":"eth_foo"},` + req("2", "admin_peers") + `,1]`,
 				want: []string{`up> [` + req("1", "eth_chainId") + `,{"jsonrpc":"2.0","method":"eth_foo"}]`}},
 			{do: "up", in: "[" + res("1", `"0x1"`) + "]",
-				want: []string{`c1< [{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"method not allowed"}},` +
+				want: []string{`c1< [{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}},` +
 					`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request","data":{"reason":"batch element is not an object"}}},` +
 					res(`"a"`, `"0x1"`) + `]`}},
 		}},
@@ -51,7 +51,7 @@ func TestResponsesAndBatches(t *testing.T) {
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: "[" + req("1", "admin_peers") + `,{"jsonrpc":"2.0","method":"eth_foo"}]`,
 				want: []string{
-					`c1< [{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"method not allowed"}}]`,
+					`c1< [{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}}]`,
 					`up> {"jsonrpc":"2.0","method":"eth_foo"}`,
 				}},
 		}},
@@ -65,7 +65,7 @@ func TestResponsesAndBatches(t *testing.T) {
 			{do: "c1", in: "[" + a + "," + req("2", "admin_peers") + "]",
 				want: []string{`up> ` + req("1", "eth_chainId")}},
 			{do: "up", in: res("1", `"0x1"`),
-				want: []string{`c1< [{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"method not allowed"}},` + res(`"a"`, `"0x1"`) + `]`}},
+				want: []string{`c1< [{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}},` + res(`"a"`, `"0x1"`) + `]`}},
 		}},
 		{name: "long_batch_goes_as_consecutive_arrays", steps: []step{
 			{do: "join"}, {do: "connect"},

@@ -247,11 +247,11 @@ func TestInvalidInput(t *testing.T) {
 		{"id lookalike", `{"jsonrpc":"2.0","ID":4,"method":"x"}`, `null`, -32600, "invalid request"},
 		{"not an object", `"just a string"`, `null`, -32600, "invalid request"},
 		{"invalid notification", `{"jsonrpc":"1.0","method":"x"}`, `null`, -32600, "invalid request"},
-		{"denied method", `{"jsonrpc":"2.0","id":9,"method":"admin_peers"}`, `9`, -32601, "method not allowed"},
-		{"denied method, other case", `{"jsonrpc":"2.0","id":10,"method":"ADMIN_peers"}`, `10`, -32601, "method not allowed"},
-		{"denied method, slash", `{"jsonrpc":"2.0","id":11,"method":"admin_/peers"}`, `11`, -32601, "method not allowed"},
-		{"denied method, escaped", `{"jsonrpc":"2.0","id":12,"method":"admin\u005fpeers"}`, `12`, -32601, "method not allowed"},
-		{"denied debug_setHead", `{"jsonrpc":"2.0","id":13,"method":"debug_setHead","params":["0x1"]}`, `13`, -32601, "method not allowed"},
+		{"denied method", `{"jsonrpc":"2.0","id":9,"method":"admin_peers"}`, `9`, -32601, "the method admin_peers does not exist/is not available"},
+		{"denied method, other case", `{"jsonrpc":"2.0","id":10,"method":"ADMIN_peers"}`, `10`, -32601, "the method ADMIN_peers does not exist/is not available"},
+		{"denied method, slash", `{"jsonrpc":"2.0","id":11,"method":"admin_/peers"}`, `11`, -32601, "the method admin_/peers does not exist/is not available"},
+		{"denied method, escaped", `{"jsonrpc":"2.0","id":12,"method":"admin\u005fpeers"}`, `12`, -32601, "the method admin_peers does not exist/is not available"},
+		{"denied debug_setHead", `{"jsonrpc":"2.0","id":13,"method":"debug_setHead","params":["0x1"]}`, `13`, -32601, "the method debug_setHead does not exist/is not available"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

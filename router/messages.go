@@ -24,12 +24,20 @@ var (
 	ErrorParse           = RPCError{CodeParseError, "parse error", ""}
 	ErrorInvalidRequest  = RPCError{CodeInvalidRequest, "invalid request", ""}
 	ErrorEmptyBatch      = RPCError{CodeInvalidRequest, "empty batch", ""}
-	ErrorMethodDenied    = RPCError{CodeMethodNotFound, "method not allowed", ""}
 	ErrorNoNotifications = RPCError{CodeMethodNotFound, "notifications not supported", ""}
 	ErrorTimeout         = RPCError{CodeUnavailable, "request timed out", ""}
 	ErrorUnavailable     = RPCError{CodeUnavailable, "upstream unavailable", ""}
 	ErrorLimit           = RPCError{CodeLimitExceeded, "limit exceeded", ""}
 )
+
+// MethodDenied is the error for a method muxd's policy refuses
+// (deny_methods): geth's own words for a method it does not serve, so that
+// clients treat it as they treat the node's (ethers classifies -32601 as
+// an unsupported operation only by that wording), and error.data.reason
+// "denied" to say that muxd refused it.
+func MethodDenied(method string) RPCError {
+	return RPCError{CodeMethodNotFound, "the method " + method + " does not exist/is not available", "denied"}
+}
 
 // Because returns a copy of e carrying reason as error.data.reason.
 func (e RPCError) Because(reason string) RPCError {

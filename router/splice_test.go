@@ -211,7 +211,7 @@ func TestAppendErrorResponse(t *testing.T) {
 		} `json:"error"`
 	}
 	errs := []RPCError{
-		ErrorParse, ErrorInvalidRequest, ErrorEmptyBatch, ErrorMethodDenied, ErrorNoNotifications,
+		ErrorParse, ErrorInvalidRequest, ErrorEmptyBatch, MethodDenied("admin_peers"), ErrorNoNotifications,
 		ErrorTimeout, ErrorUnavailable, ErrorLimit,
 		ErrorUnavailable.Because("connection lost"),
 		{Code: -1, Message: "quote \" backslash \\ ctl \x01\n tab\t é", Reason: "why \"\x7f\x00"},
@@ -273,7 +273,6 @@ func TestRPCErrorCodes(t *testing.T) {
 		{ErrorParse, -32700, "parse error"},
 		{ErrorInvalidRequest, -32600, "invalid request"},
 		{ErrorEmptyBatch, -32600, "empty batch"},
-		{ErrorMethodDenied, -32601, "method not allowed"},
 		{ErrorNoNotifications, -32601, "notifications not supported"},
 		{ErrorTimeout, -32002, "request timed out"},
 		{ErrorUnavailable, -32002, "upstream unavailable"},
@@ -281,6 +280,17 @@ func TestRPCErrorCodes(t *testing.T) {
 	} {
 		if tc.e.Code != tc.code || tc.e.Message != tc.message || tc.e.Reason != "" {
 			t.Errorf("%+v, want %d %q", tc.e, tc.code, tc.message)
+		}
+	}
+	// A denied method gets geth's words for a method it does not serve
+	// (clients classify -32601 by them), the method as decoded from the
+	// request, escaped as JSON; the reason says muxd refused it.
+	for method, want := range map[string]string{
+		"admin_peers":   `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}}`,
+		"admin_\"x\"\n": `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"the method admin_\"x\"\u000a does not exist/is not available","data":{"reason":"denied"}}}`,
+	} {
+		if got := string(ErrorResponse([]byte("1"), MethodDenied(method))); got != want {
+			t.Errorf("MethodDenied(%q):\n got %s\nwant %s", method, got, want)
 		}
 	}
 	e := ErrorTimeout.Because("deadline")
