@@ -75,7 +75,7 @@ type Config struct {
 	// PingInterval and PingTimeout drive upstream keepalive.
 	PingInterval, PingTimeout time.Duration
 	// ReconnectInitial and ReconnectMax bound the jittered exponential
-	// backoff between upstream dial attempts (0: 100ms and 10s).
+	// backoff between upstream dial attempts (0: 100ms and 2s).
 	ReconnectInitial, ReconnectMax time.Duration
 
 	// RequestTimeout bounds each request from arrival to answer.

@@ -26,7 +26,7 @@ type Config struct {
 
 	// NewBackOff returns the backoff policy used between dial attempts and before
 	// redialling a lost connection; it is called once per Run. nil: exponential with
-	// jitter, initial 100ms, max interval 10s, never gives up. If the policy returns
+	// jitter, initial 100ms, max interval 2s, never gives up. If the policy returns
 	// backoff.Stop, Run gives up and returns an error.
 	NewBackOff func() backoff.BackOff
 
@@ -63,10 +63,15 @@ type Config struct {
 }
 
 // Default reconnect backoff: the first retry after about DefaultBackOffInitial,
-// doubling (with jitter) up to about DefaultBackOffMax between attempts.
+// doubling (with jitter) up to about DefaultBackOffMax between attempts. The
+// max bounds how long muxd may stay away once the node is back (up to 1.5 ×
+// it, with jitter), while requests wait upstream_wait (5 s by default) for a
+// connection: at 10 s, a node back after a 7 s outage was redialled ~6 s
+// later, and requests made meanwhile failed. A refused dial every 2 s costs
+// a node nothing.
 const (
 	DefaultBackOffInitial = 100 * time.Millisecond
-	DefaultBackOffMax     = 10 * time.Second
+	DefaultBackOffMax     = 2 * time.Second
 )
 
 // ExponentialBackOff returns a NewBackOff for Config: exponential with
