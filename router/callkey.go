@@ -129,8 +129,14 @@ func appendCanonical(dst, b []byte, i, depth int) ([]byte, int, error) {
 }
 
 // appendSorted closes the object whose "{" is dst[base] and whose members
-// follow it, laid out as members records, with the members in key order.
+// follow it, laid out as members records, with the members in key order;
+// or in the order written when two of them may name the same field
+// (mayShareField): the node then reads the last one, so their order is part
+// of the call.
 func appendSorted(dst []byte, base int, members []canonicalMember) []byte {
+	if mayShareField(dst, members) {
+		return append(dst, '}')
+	}
 	sorted := slices.IsSortedFunc(members, func(x, y canonicalMember) int {
 		return bytes.Compare(x.key.In(dst), y.key.In(dst))
 	})
@@ -153,4 +159,40 @@ func appendSorted(dst []byte, base int, members []canonicalMember) []byte {
 		}
 	}
 	return append(dst, '}')
+}
+
+// maxComparedMembers bounds the members of one object whose keys
+// mayShareField compares pairwise; an object with more keeps its order.
+const maxComparedMembers = 16
+
+// mayShareField reports whether two of an object's member keys (quoted, as
+// written, in dst) may name the same field for the node. geth decodes
+// params with encoding/json, which matches a field by name ignoring case
+// (with Unicode folding: "ſ" is "s", the Kelvin sign is "k") after
+// unescaping, the last member winning. So members whose keys are equal
+// under ASCII case folding may share a field, and any key with an escape
+// or a non-ASCII byte is taken to share one with every other key rather
+// than decoded here.
+func mayShareField(dst []byte, members []canonicalMember) bool {
+	if len(members) < 2 {
+		return false
+	}
+	if len(members) > maxComparedMembers {
+		return true
+	}
+	for _, m := range members {
+		for _, c := range m.key.In(dst) {
+			if c == '\\' || c >= 0x80 {
+				return true
+			}
+		}
+	}
+	for x := range members {
+		for y := x + 1; y < len(members); y++ {
+			if bytes.EqualFold(members[x].key.In(dst), members[y].key.In(dst)) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -31,6 +31,16 @@ func SubscriptionKey(params []byte) (string, error) {
 	if !ok || name == "" {
 		return "", ErrSubscribeParams
 	}
+	if foldedKeysMeet(v) {
+		// The node reads such members into one field, the last one
+		// winning: their order is part of the subscription, and a map
+		// loses it. The params as written, whitespace aside, are the key.
+		var b bytes.Buffer
+		if err := json.Compact(&b, params); err != nil {
+			return "", ErrSubscribeParams
+		}
+		return b.String(), nil
+	}
 	if name == "logs" && len(v) > 1 {
 		if f, ok := v[1].(map[string]any); ok {
 			for _, k := range []string{"address", "topics"} {
@@ -81,4 +91,36 @@ func lowerHex(x any) any {
 		return x
 	}
 	return x
+}
+
+// foldedKeysMeet reports whether some object in v has two member names
+// that are equal ignoring case (Unicode folding, as encoding/json matches
+// names to struct fields, which is how the node reads a filter), or has
+// too many members to compare (maxComparedMembers).
+func foldedKeysMeet(v any) bool {
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			if foldedKeysMeet(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		if len(x) > maxComparedMembers {
+			return true
+		}
+		keys := make([]string, 0, len(x))
+		for k, e := range x {
+			for _, seen := range keys {
+				if strings.EqualFold(k, seen) {
+					return true
+				}
+			}
+			keys = append(keys, k)
+			if foldedKeysMeet(e) {
+				return true
+			}
+		}
+	}
+	return false
 }

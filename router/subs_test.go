@@ -15,6 +15,12 @@ func TestSubscriptionKey(t *testing.T) {
 		{`["newPendingTransactions",true]`, `["newPendingTransactions"]`, false},
 		{`["newHeads"]`, `["newheads"]`, false},                   // names are compared exactly
 		{`["x",{"data":"0xAB"}]`, `["x",{"data":"0xab"}]`, false}, // hex is folded only for logs filters
+		// Names equal but for case are one field to the node, the last
+		// one winning: their order matters and they are never shared.
+		{`["logs",{"address":"0x1","Address":"0x2"}]`, `["logs",{"Address":"0x2","address":"0x1"}]`, false},
+		{`["logs",{"address":"0x1","addreſs":"0x2"}]`, `["logs",{"addreſs":"0x2","address":"0x1"}]`, false},
+		{`["logs",{"address":"0x1","topics":[],"Address":"0x2"}]`, `["logs", {"address":"0x1", "topics":[], "Address":"0x2"}]`, true},
+		{`["logs",{"address":"0x1","address":"0x2"}]`, `["logs",{"address":"0x2"}]`, true}, // an exact repeat: the last one, as the node reads it
 	}
 	for _, tt := range tests {
 		ka, err := SubscriptionKey([]byte(tt.a))
