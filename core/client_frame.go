@@ -132,6 +132,11 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	if m.HasID() {
 		id = m.ID.In(frame)
 	}
+	if m.Ignored {
+		// A notification muxd neither answers nor forwards.
+		c.obs.Dropped(DropIgnoredNotification)
+		return nil
+	}
 	if m.Invalid != nil {
 		reason := strings.TrimPrefix(m.Invalid.Error(), router.ErrInvalid.Error()+": ")
 		return c.errorBytes(id, router.ErrorInvalidRequest.Because(reason))

@@ -55,6 +55,25 @@ func TestClientFrames(t *testing.T) {
 			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_foo","params":[1]}`,
 				want: []string{`up> {"jsonrpc":"2.0","method":"eth_foo","params":[1]}`, "no answer"}},
 		}},
+		{name: "notification_the_node_would_not_run_ignored", steps: []step{
+			// The node answers no notification, whatever it makes of it:
+			// muxd answers none either, and forwards none it reads
+			// otherwise than the node.
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","params":1}`, want: []string{"no answer"}},
+			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","result":1}`, want: []string{"no answer"}},
+			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","error":{}}`, want: []string{"no answer"}},
+			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","method":"eth_foo"}`, want: []string{"no answer"}},
+			{do: "c1", in: `[{"jsonrpc":"2.0","method":"admin_peers"},{"jsonrpc":"2.0","method":"eth_chainId","params":"x"}]`,
+				want: []string{"no answer"}, counts: map[string]int{"dropped ignored_notification": 5}},
+			// With an id they are requests, and invalid ones.
+			{do: "c1", in: `{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":1}`,
+				want: []string{`c1< {"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"invalid request","data":{"reason":"params must be an array or object"}}}`}},
+			// A wrong version or method is answered even without an id,
+			// as the node does.
+			{do: "c1", in: `{"jsonrpc":"1.0","method":"eth_chainId","params":1}`,
+				want: []string{`c1< {"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request","data":{"reason":"jsonrpc must be \"2.0\""}}}`}},
+		}},
 		{name: "notification_without_upstream_dropped", steps: []step{
 			{do: "join"},
 			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_foo"}`,
@@ -235,7 +254,7 @@ func TestClientFrameOtherScanError(t *testing.T) {
 
 // TestDropReasonNames checks the label of each drop reason's series.
 func TestDropReasonNames(t *testing.T) {
-	want := []string{"unknown_id", "null_id", "unknown_subscription", "malformed", "unexpected", "no_upstream", "subscribe_notification", "reason_7"}
+	want := []string{"unknown_id", "null_id", "unknown_subscription", "malformed", "unexpected", "no_upstream", "subscribe_notification", "ignored_notification", "reason_8"}
 	for r := DropUnknownID; r <= NumDropReasons; r++ {
 		if got := r.String(); got != want[r] {
 			t.Errorf("DropReason(%d) = %q, want %q", r, got, want[r])

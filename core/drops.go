@@ -14,6 +14,7 @@ const (
 	DropUnexpected                              // upstream message that is neither a response nor a push
 	DropNoUpstream                              // client notification while no upstream is connected
 	DropSubscribeNotification                   // client eth_subscribe/eth_unsubscribe sent without an id
+	DropIgnoredNotification                     // client notification the node would not run as muxd reads it (router.Message.Ignored)
 	NumDropReasons
 )
 
@@ -33,6 +34,8 @@ func (r DropReason) String() string {
 		return "no_upstream"
 	case DropSubscribeNotification:
 		return "subscribe_notification"
+	case DropIgnoredNotification:
+		return "ignored_notification"
 	}
 	return "reason_" + strconv.Itoa(int(r))
 }

@@ -23,6 +23,7 @@ const (
 	DropUnexpected            = core.DropUnexpected
 	DropNoUpstream            = core.DropNoUpstream
 	DropSubscribeNotification = core.DropSubscribeNotification
+	DropIgnoredNotification   = core.DropIgnoredNotification
 	numDropReasons            = core.NumDropReasons
 )
 

@@ -61,6 +61,12 @@ type Message struct {
 	// (client frames) and says what is wrong; ID is then still set when the
 	// id itself was readable and valid, so that the error can echo it.
 	Invalid error
+	// Ignored marks a notification (a valid jsonrpc and method, no id) that
+	// the node would not run or would read otherwise than muxd: params
+	// that are not an array or object, a result or error member, a
+	// duplicate member. The node answers a notification nothing, whatever
+	// it makes of it, so muxd neither answers nor forwards it.
+	Ignored bool
 }
 
 // HasID reports whether the message carries an id member (a request or a
@@ -307,7 +313,7 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 			m.Error = sp
 		case memLookalike:
 			if problem == "" {
-				problem = "member name differs from a JSON-RPC member only in case or escapes"
+				problem = lookalikeMember
 			}
 		}
 	}
@@ -389,6 +395,11 @@ func (c *memberCursor) next() (key []byte, ok bool, err error) {
 	return b[i:kend], true, nil
 }
 
+// lookalikeMember is the problem of a member named like a JSON-RPC member
+// but for case or escapes: a node may read it as that member (geth reads
+// "i\u0064" as the id), so the message may be a request and is answered.
+const lookalikeMember = "member name differs from a JSON-RPC member only in case or escapes"
+
 func validateRequest(b []byte, m *Message, problem string) error {
 	// The id is judged first: a valid id is echoed in the error for any
 	// other problem, an invalid one is not.
@@ -400,9 +411,10 @@ func validateRequest(b []byte, m *Message, problem string) error {
 			return fmt.Errorf("%w: id must be a string, number or null", ErrInvalid)
 		}
 	}
-	if problem != "" {
+	if problem == lookalikeMember {
 		return fmt.Errorf("%w: %s", ErrInvalid, problem)
 	}
+	// A wrong version or method makes the node answer even without an id.
 	if !m.Version.Present() || string(m.Version.In(b)) != `"2.0"` {
 		return fmt.Errorf("%w: jsonrpc must be \"2.0\"", ErrInvalid)
 	}
@@ -412,17 +424,24 @@ func validateRequest(b []byte, m *Message, problem string) error {
 	if m.Method.Len == 2 {
 		return fmt.Errorf("%w: method is empty", ErrInvalid)
 	}
-	if m.Params.Present() {
+	if problem == "" && m.Params.Present() {
 		switch b[m.Params.Off] {
 		case '[', '{', 'n':
 		default:
-			return fmt.Errorf("%w: params must be an array or object", ErrInvalid)
+			problem = "params must be an array or object"
 		}
 	}
-	if m.Result.Present() || m.Error.Present() {
-		return fmt.Errorf("%w: a request carries no result or error", ErrInvalid)
+	if problem == "" && (m.Result.Present() || m.Error.Present()) {
+		problem = "a request carries no result or error"
 	}
-	return nil
+	switch {
+	case problem == "":
+		return nil
+	case !m.ID.Present():
+		m.Ignored = true // a notification: see Message.Ignored
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalid, problem)
 }
 
 func skipSpace(b []byte, i int) int {
