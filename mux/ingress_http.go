@@ -45,6 +45,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid content type, only application/json is supported", http.StatusUnsupportedMediaType)
 		return
 	}
+	if r.ContentLength > s.cfg.MaxHTTPBodyBytes {
+		// Refused before reading, as geth does: a client that announces
+		// more than the limit does not get to hold the connection while
+		// it sends it (or does not).
+		s.metrics.limit("http_body")
+		w.Header().Set("Connection", "close")
+		http.Error(w, "content length too large", http.StatusRequestEntityTooLarge)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxHTTPBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -109,8 +118,21 @@ func (*httpTransport) close(int, string)                     {}
 // jsonContentTypes are the request types geth's HTTP endpoint accepts.
 var jsonContentTypes = map[string]bool{"application/json": true, "application/json-rpc": true, "application/jsonrequest": true}
 
+// isUpgrade reports whether r asks for a WebSocket: an Upgrade: websocket
+// header and "upgrade" among the Connection header's tokens, as geth
+// requires (a POST that carries only the first is an HTTP call).
 func isUpgrade(r *http.Request) bool {
-	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return false
+	}
+	for _, v := range r.Header.Values("Connection") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hostAllowed checks the Host header against AllowedHosts ("*" allows any).

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -228,6 +229,59 @@ func TestIngressHTTPErrors(t *testing.T) {
 	}
 	if up.Seen("a") == 0 || up.Seen("x") > 0 {
 		t.Error("notifications should be forwarded, oversized bodies not")
+	}
+}
+
+// TestIngressHTTPRawRequests: requests shaped in ways an http.Client does
+// not send, written on the socket; what geth answers, muxd answers.
+func TestIngressHTTPRawRequests(t *testing.T) {
+	up := ingNewUpstream(t)
+	srv := ingServer(t, up, nil, func(c *mux.Config) { c.MaxHTTPBodyBytes = 1024 })
+	addr := strings.TrimPrefix(ingHTTP(t, srv), "http://")
+	call := `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`
+	tests := []struct {
+		name    string
+		request string
+		status  int
+		body    string // substring
+	}{
+		{
+			// Refused on its header: the body announced never comes.
+			name:    "content length over the limit",
+			request: "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 99999999999\r\n\r\n{",
+			status:  http.StatusRequestEntityTooLarge, body: "content length too large",
+		},
+		{
+			// Upgrade without Connection: upgrade is no handshake.
+			name: "POST with an Upgrade header only",
+			request: "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nUpgrade: websocket\r\nConnection: close\r\n" +
+				"Content-Length: " + strconv.Itoa(len(call)) + "\r\n\r\n" + call,
+			status: http.StatusOK, body: `"result":{"method":"eth_chainId"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			// A guard, not a measure: a server waiting for the body fails
+			// the test instead of hanging it.
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(conn, tt.request); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no response: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.status || !strings.Contains(string(body), tt.body) {
+				t.Fatalf("%d %q, want %d with %q", resp.StatusCode, body, tt.status, tt.body)
+			}
+		})
 	}
 }
 
