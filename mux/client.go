@@ -275,6 +275,7 @@ func (w *messageWriter) written(batch []outMsg, pool *framePool) {
 const (
 	closeNormal          = 1000
 	closeGoingAway       = 1001
+	closeProtocolError   = 1002
 	closePolicyViolation = 1008
 	closeTooBig          = 1009
 	closeTryAgainLater   = 1013

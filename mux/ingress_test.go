@@ -285,6 +285,46 @@ func TestIngressHTTPRawRequests(t *testing.T) {
 	}
 }
 
+// TestIngressWebSocketUnmaskedFrame: a client frame without a mask breaks
+// RFC 6455, which wants the connection closed with 1002, as geth does;
+// coder/websocket refuses the frame without closing.
+func TestIngressWebSocketUnmaskedFrame(t *testing.T) {
+	up := ingNewUpstream(t)
+	srv := ingServer(t, up, nil, nil)
+	addr := strings.TrimPrefix(ingHTTP(t, srv), "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) // a guard against a hang
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	// A text frame {} with FIN set and no mask.
+	if _, err := conn.Write([]byte{0x81, 0x02, '{', '}'}); err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 2)
+	if _, err := io.ReadFull(br, head); err != nil {
+		t.Fatalf("no close frame: %v", err)
+	}
+	if head[0] != 0x88 || head[1] < 2 || head[1] > 125 {
+		t.Fatalf("frame header % x, want a close frame with a code", head)
+	}
+	payload := make([]byte, head[1])
+	if _, err := io.ReadFull(br, payload); err != nil {
+		t.Fatal(err)
+	}
+	if code := int(payload[0])<<8 | int(payload[1]); code != 1002 {
+		t.Fatalf("closed with %d %q, want 1002", code, payload[2:])
+	}
+}
+
 func TestIngressWebSocketOrigin(t *testing.T) {
 	up := ingNewUpstream(t)
 	tests := []struct {

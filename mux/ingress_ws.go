@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -103,6 +106,16 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 
 // readWebSocket is the session's reader: one frame at a time, each handed to
 // the dispatcher. The frame buffer is reused: dispatch keeps nothing of it.
+// brokeProtocol reports whether a read failed on what the client sent
+// rather than on the connection ending: not a close frame, not the socket
+// closed, reset or cut short.
+func brokeProtocol(err error) bool {
+	return websocket.CloseStatus(err) == -1 &&
+		!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) &&
+		!errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) &&
+		!errors.Is(err, syscall.EPIPE) && !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
 func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 	limit := s.cfg.MaxMessageBytes
 	var frame []byte
@@ -113,6 +126,11 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 		// that never ends costs coder/websocket no watcher per read.
 		_, r, err := conn.Reader(context.Background())
 		if err != nil {
+			if brokeProtocol(err) {
+				// coder/websocket refuses some frames (an unmasked one)
+				// without closing; RFC 6455 wants 1002, as geth sends.
+				c.shut(closeProtocolError, "protocol error")
+			}
 			return
 		}
 		frame, err = readMessage(frame, r, limit)
