@@ -395,6 +395,19 @@ func (c *memberCursor) next() (key []byte, ok bool, err error) {
 	return b[i:kend], true, nil
 }
 
+// isVersion2 reports whether raw, a jsonrpc member's value, is the string
+// "2.0", escapes decoded as the node decodes them ("2\u002e0" is "2.0").
+func isVersion2(raw []byte) bool {
+	if string(raw) == `"2.0"` {
+		return true
+	}
+	if len(raw) == 0 || raw[0] != '"' || bytes.IndexByte(raw, '\\') < 0 {
+		return false
+	}
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s == "2.0"
+}
+
 // lookalikeMember is the problem of a member named like a JSON-RPC member
 // but for case or escapes: a node may read it as that member (geth reads
 // "i\u0064" as the id), so the message may be a request and is answered.
@@ -415,7 +428,7 @@ func validateRequest(b []byte, m *Message, problem string) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, problem)
 	}
 	// A wrong version or method makes the node answer even without an id.
-	if !m.Version.Present() || string(m.Version.In(b)) != `"2.0"` {
+	if !m.Version.Present() || !isVersion2(m.Version.In(b)) {
 		return fmt.Errorf("%w: jsonrpc must be \"2.0\"", ErrInvalid)
 	}
 	if !m.Method.Present() || b[m.Method.Off] != '"' {
