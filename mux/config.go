@@ -29,6 +29,7 @@ const (
 	DefaultMaxHeadLag         = 2
 	DefaultHeadTimeout        = 60 * time.Second
 	DefaultFailbackAfter      = 30 * time.Second
+	DefaultClientPingInterval = 30 * time.Second
 )
 
 // DefaultRetryMethods and DefaultDenyMethods are the routing core's (see
@@ -74,6 +75,13 @@ type Config struct {
 	UpstreamReadLimit int64
 	// PingInterval and PingTimeout drive upstream keepalive.
 	PingInterval, PingTimeout time.Duration
+	// ClientPingInterval is how long a WebSocket client may stay silent
+	// before muxd pings it; one that answers neither the ping nor with any
+	// frame within another ClientPingInterval is closed (1001 "ping
+	// timeout"), as geth does every 30 s: a hung client otherwise keeps
+	// its session, its subscriptions and a connection slot for good.
+	// 0: DefaultClientPingInterval; negative: never.
+	ClientPingInterval time.Duration
 	// ReconnectInitial and ReconnectMax bound the jittered exponential
 	// backoff between upstream dial attempts (0: 100ms and 2s).
 	ReconnectInitial, ReconnectMax time.Duration
@@ -201,6 +209,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.ClientPingInterval == 0 {
+		c.ClientPingInterval = DefaultClientPingInterval
 	}
 	if c.OutboundQueueBytes <= 0 {
 		c.OutboundQueueBytes = DefaultOutboundQueueBytes

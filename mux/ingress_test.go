@@ -285,12 +285,10 @@ func TestIngressHTTPRawRequests(t *testing.T) {
 	}
 }
 
-// TestIngressWebSocketUnmaskedFrame: a client frame without a mask breaks
-// RFC 6455, which wants the connection closed with 1002, as geth does;
-// coder/websocket refuses the frame without closing.
-func TestIngressWebSocketUnmaskedFrame(t *testing.T) {
-	up := ingNewUpstream(t)
-	srv := ingServer(t, up, nil, nil)
+// rawWebSocket opens a WebSocket to srv by hand, for tests that send what
+// a WebSocket library would not, or answer what it answers by itself.
+func rawWebSocket(t *testing.T, srv *mux.Server) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	addr := strings.TrimPrefix(ingHTTP(t, srv), "http://")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -305,24 +303,104 @@ func TestIngressWebSocketUnmaskedFrame(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("handshake: %v %v", resp, err)
 	}
+	return conn, br
+}
+
+// rawFrame reads one unfragmented server frame (no mask, payload < 126).
+func rawFrame(t *testing.T, br *bufio.Reader) (opcode byte, payload []byte) {
+	t.Helper()
+	head := make([]byte, 2)
+	if _, err := io.ReadFull(br, head); err != nil {
+		t.Fatalf("no frame: %v", err)
+	}
+	if head[1] > 125 {
+		t.Fatalf("frame header % x: a payload this test does not read", head)
+	}
+	payload = make([]byte, head[1])
+	if _, err := io.ReadFull(br, payload); err != nil {
+		t.Fatal(err)
+	}
+	return head[0] & 0x0f, payload
+}
+
+// writeMasked writes one client frame with FIN set, masked with a zero key.
+func writeMasked(t *testing.T, conn net.Conn, opcode byte, payload []byte) {
+	t.Helper()
+	frame := append([]byte{0x80 | opcode, 0x80 | byte(len(payload)), 0, 0, 0, 0}, payload...)
+	if _, err := conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIngressWebSocketUnmaskedFrame: a client frame without a mask breaks
+// RFC 6455, which wants the connection closed with 1002, as geth does;
+// coder/websocket refuses the frame without closing.
+func TestIngressWebSocketUnmaskedFrame(t *testing.T) {
+	srv := ingServer(t, ingNewUpstream(t), nil, nil)
+	conn, br := rawWebSocket(t, srv)
 	// A text frame {} with FIN set and no mask.
 	if _, err := conn.Write([]byte{0x81, 0x02, '{', '}'}); err != nil {
 		t.Fatal(err)
 	}
-	head := make([]byte, 2)
-	if _, err := io.ReadFull(br, head); err != nil {
-		t.Fatalf("no close frame: %v", err)
-	}
-	if head[0] != 0x88 || head[1] < 2 || head[1] > 125 {
-		t.Fatalf("frame header % x, want a close frame with a code", head)
-	}
-	payload := make([]byte, head[1])
-	if _, err := io.ReadFull(br, payload); err != nil {
-		t.Fatal(err)
+	op, payload := rawFrame(t, br)
+	if op != 0x8 || len(payload) < 2 {
+		t.Fatalf("frame %x % x, want a close frame with a code", op, payload)
 	}
 	if code := int(payload[0])<<8 | int(payload[1]); code != 1002 {
 		t.Fatalf("closed with %d %q, want 1002", code, payload[2:])
 	}
+}
+
+// TestIngressWebSocketClientPing: a silent client is pinged every
+// ClientPingInterval; one that answers stays, one that answers nothing is
+// closed with 1001 "ping timeout" and counted.
+func TestIngressWebSocketClientPing(t *testing.T) {
+	const every = 50 * time.Millisecond
+	t.Run("answers", func(t *testing.T) {
+		srv := ingServer(t, ingNewUpstream(t), nil, func(c *mux.Config) { c.ClientPingInterval = every })
+		conn, br := rawWebSocket(t, srv)
+		for pings := 0; pings < 3; {
+			op, payload := rawFrame(t, br)
+			if op != 0x9 {
+				t.Fatalf("frame %x %q, want a ping", op, payload)
+			}
+			writeMasked(t, conn, 0xA, payload)
+			pings++
+		}
+		writeMasked(t, conn, 0x1, []byte(`{"jsonrpc":"2.0","id":7,"method":"eth_chainId"}`))
+		for {
+			op, payload := rawFrame(t, br)
+			if op == 0x9 {
+				writeMasked(t, conn, 0xA, payload)
+				continue
+			}
+			if op != 0x1 || !strings.Contains(string(payload), `"id":7`) {
+				t.Fatalf("frame %x %q, want the answer to id 7", op, payload)
+			}
+			break
+		}
+		if n := pingTimeouts(t, srv); n != 0 {
+			t.Errorf("ping timeouts %v for a client that answered every ping", n)
+		}
+	})
+	t.Run("silent", func(t *testing.T) {
+		srv := ingServer(t, ingNewUpstream(t), nil, func(c *mux.Config) { c.ClientPingInterval = every })
+		_, br := rawWebSocket(t, srv)
+		op, _ := rawFrame(t, br)
+		if op != 0x9 {
+			t.Fatalf("frame %x, want a ping", op)
+		}
+		op, payload := rawFrame(t, br) // not answered
+		if op != 0x8 || len(payload) < 2 {
+			t.Fatalf("frame %x % x, want a close frame", op, payload)
+		}
+		if code := int(payload[0])<<8 | int(payload[1]); code != 1001 || string(payload[2:]) != "ping timeout" {
+			t.Fatalf("closed with %d %q, want 1001 ping timeout", code, payload[2:])
+		}
+		if n := pingTimeouts(t, srv); n != 1 {
+			t.Errorf("ping timeouts %v, want 1", n)
+		}
+	})
 }
 
 func TestIngressWebSocketOrigin(t *testing.T) {
@@ -545,6 +623,16 @@ func ingMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[s
 	// A renamed or missing series must not read as a count of zero.
 	t.Fatalf("no series %s%v", name, labels)
 	return 0
+}
+
+// pingTimeouts reads muxd_client_ping_timeouts_total.
+func pingTimeouts(t *testing.T, srv *mux.Server) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := srv.Metrics().PingTimeouts.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return ingValue(&m)
 }
 
 func ingValue(m *dto.Metric) float64 {

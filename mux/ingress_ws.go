@@ -100,7 +100,9 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	// client would otherwise cost. The hijacked socket is the session's.
 	go func() {
 		defer s.removeClient(c)
-		s.readWebSocket(c, conn)
+		k := s.startKeepalive(c, conn)
+		defer k.stop()
+		s.readWebSocket(c, conn, k)
 	}()
 }
 
@@ -116,7 +118,7 @@ func brokeProtocol(err error) bool {
 		!errors.Is(err, syscall.EPIPE) && !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
-func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
+func (s *Server) readWebSocket(c *Client, conn *websocket.Conn, k *clientKeepalive) {
 	limit := s.cfg.MaxMessageBytes
 	var frame []byte
 	for {
@@ -125,6 +127,7 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn) {
 		// tr.close writes. tr.close ends this read instead. And a context
 		// that never ends costs coder/websocket no watcher per read.
 		_, r, err := conn.Reader(context.Background())
+		k.read()
 		if err != nil {
 			if brokeProtocol(err) {
 				// coder/websocket refuses some frames (an unmasked one)

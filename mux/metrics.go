@@ -44,6 +44,7 @@ type Metrics struct {
 	ClientSubs         prometheus.Gauge       // muxd_client_subscriptions
 	Pushes             prometheus.Counter     // muxd_pushes_delivered_total
 	SlowConsumers      prometheus.Counter     // muxd_slow_consumer_disconnects_total
+	PingTimeouts       prometheus.Counter     // muxd_client_ping_timeouts_total
 	Dropped            *prometheus.CounterVec // muxd_dropped_total{reason}
 	LimitHits          *prometheus.CounterVec // muxd_limit_exceeded_total{limit}
 	UpstreamFramesOut  prometheus.Counter     // muxd_upstream_frames_sent_total
@@ -114,6 +115,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		SlowConsumers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "muxd_slow_consumer_disconnects_total", Help: "Clients disconnected because their outbound queue overflowed.",
 		}),
+		PingTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "muxd_client_ping_timeouts_total", Help: "WebSocket clients closed for answering no ping (client_ping_interval).",
+		}),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "muxd_dropped_total", Help: "Messages dropped instead of delivered, by reason.",
 		}, []string{"reason"}),
@@ -172,7 +176,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Clients, m.Requests, m.Responses, m.Latency, m.InFlight,
 			m.UpstreamConnected, m.UpstreamReconnects, m.Failovers, m.ChainMismatches, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
-			m.Pushes, m.SlowConsumers, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
+			m.Pushes, m.SlowConsumers, m.PingTimeouts, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
 			m.ListenConnections, m.backfilled, m.BackfillGaps, m.BackfillDuration,
 			m.Coalesced, m.CacheHits, m.CacheMisses, m.CacheEvictions, m.CacheBytes)
 	}

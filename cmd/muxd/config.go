@@ -55,6 +55,7 @@ type Config struct {
 	UpstreamReadLimit     int64             `toml:"upstream_read_limit"`
 	PingInterval          Duration          `toml:"ping_interval"`
 	PingTimeout           Duration          `toml:"ping_timeout"`
+	ClientPingInterval    Duration          `toml:"client_ping_interval"`
 	ReconnectInitial      Duration          `toml:"reconnect_initial"`
 	ReconnectMax          Duration          `toml:"reconnect_max"`
 	Listen                string            `toml:"listen"`
@@ -109,6 +110,7 @@ func defaults() Config {
 		UpstreamReadLimit:     reconnect.DefaultReadLimit,
 		PingInterval:          Duration{15 * time.Second},
 		PingTimeout:           Duration{10 * time.Second},
+		ClientPingInterval:    Duration{mux.DefaultClientPingInterval},
 		ReconnectInitial:      Duration{reconnect.DefaultBackOffInitial},
 		ReconnectMax:          Duration{reconnect.DefaultBackOffMax},
 		Listen:                "127.0.0.1:8547",
@@ -291,6 +293,9 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	}
 	if c.MaxConnections < 0 {
 		add("max_connections: must not be negative (0 means max_clients), got %d", c.MaxConnections)
+	}
+	if c.ClientPingInterval.Duration < 0 {
+		add("client_ping_interval: must not be negative (0 disables client pings)")
 	}
 	if c.PingInterval.Duration < 0 {
 		add("ping_interval: must not be negative (0 disables keepalive)")

@@ -23,7 +23,7 @@ type optionGroup struct {
 // optionGroups lists every Config option once (TestHelpListsEveryOption).
 var optionGroups = []optionGroup{
 	{"Upstream (the nodes)", []string{"upstream", "upstream_headers", "max_head_lag", "head_timeout", "failback_after", "chain_id", "upstream_read_limit", "ping_interval", "ping_timeout", "reconnect_initial", "reconnect_max"}},
-	{"Listeners (for clients)", []string{"listen", "ipc", "ipc_mode", "ipc_group", "metrics"}},
+	{"Listeners (for clients)", []string{"listen", "ipc", "ipc_mode", "ipc_group", "metrics", "client_ping_interval"}},
 	{"Requests", []string{"request_timeout", "upstream_wait", "shutdown_grace", "backfill_blocks"}},
 	{"Coalescing and cache", []string{"coalesce", "coalesce_methods", "cache_bytes"}},
 	{"HTTP connections (on listen)", []string{"http_read_header_timeout", "http_read_timeout", "http_idle_timeout", "max_connections"}},
@@ -43,6 +43,7 @@ var optionHelp = map[string]string{
 	"failback_after":           "how long the preferred upstream must have been healthy before muxd moves back to it (0: never)",
 	"upstream_read_limit":      "largest message accepted from the node, bytes",
 	"ping_interval":            "upstream keepalive ping interval (0 disables)",
+	"client_ping_interval":     "a WebSocket client silent this long is pinged, and closed if it stays silent as long again (0 disables)",
 	"ping_timeout":             "pong deadline; on expiry the upstream connection is replaced",
 	"reconnect_initial":        "first delay before redialling the upstream (doubles, jittered)",
 	"reconnect_max":            "longest delay between upstream dial attempts (muxd never gives up)",

@@ -217,6 +217,7 @@ func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Con
 		UpstreamReadLimit:     cfg.UpstreamReadLimit,
 		PingInterval:          pingInterval(cfg.PingInterval.Duration),
 		PingTimeout:           cfg.PingTimeout.Duration,
+		ClientPingInterval:    pingInterval(cfg.ClientPingInterval.Duration),
 		ReconnectInitial:      cfg.ReconnectInitial.Duration,
 		ReconnectMax:          cfg.ReconnectMax.Duration,
 		RequestTimeout:        cfg.RequestTimeout.Duration,
