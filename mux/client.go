@@ -41,6 +41,12 @@ type Client struct {
 	// answer from the queue itself.
 	autoWrite bool
 	writing   atomic.Bool // a writeLoop is running
+	// writeStarted is when the transport write under way began (unix
+	// nanoseconds), 0 while none is; writes counts the writes done. Set by
+	// the writer, read by the WebSocket keepalive: a client that takes
+	// bytes is alive (clientKeepalive).
+	writeStarted atomic.Int64
+	writes       atomic.Uint64
 
 	finishMu     sync.Mutex
 	finishing    bool
@@ -195,10 +201,14 @@ func (c *Client) writeLoop() {
 			continue
 		}
 		msgs, n := w.messages(batch)
-		if err := c.tr.write(c.ctx, msgs); err != nil {
+		c.writeStarted.Store(time.Now().UnixNano())
+		err := c.tr.write(c.ctx, msgs)
+		c.writeStarted.Store(0)
+		if err != nil {
 			c.shut(closeGoingAway, "write failed")
 			return
 		}
+		c.writes.Add(1)
 		c.out.done(n)
 		w.written(batch, &c.srv.frames)
 		clear(batch)

@@ -334,20 +334,36 @@ func writeMasked(t *testing.T, conn net.Conn, opcode byte, payload []byte) {
 
 // TestIngressWebSocketUnmaskedFrame: a client frame without a mask breaks
 // RFC 6455, which wants the connection closed with 1002, as geth does;
-// coder/websocket refuses the frame without closing.
+// coder/websocket refuses the frame without closing, at a message's start
+// or within it.
 func TestIngressWebSocketUnmaskedFrame(t *testing.T) {
-	srv := ingServer(t, ingNewUpstream(t), nil, nil)
-	conn, br := rawWebSocket(t, srv)
-	// A text frame {} with FIN set and no mask.
-	if _, err := conn.Write([]byte{0x81, 0x02, '{', '}'}); err != nil {
-		t.Fatal(err)
+	masked := func(first byte, payload string) []byte { // a zero mask key
+		return append([]byte{first, 0x80 | byte(len(payload)), 0, 0, 0, 0}, payload...)
 	}
-	op, payload := rawFrame(t, br)
-	if op != 0x8 || len(payload) < 2 {
-		t.Fatalf("frame %x % x, want a close frame with a code", op, payload)
-	}
-	if code := int(payload[0])<<8 | int(payload[1]); code != 1002 {
-		t.Fatalf("closed with %d %q, want 1002", code, payload[2:])
+	for _, tt := range []struct {
+		name   string
+		frames [][]byte
+	}{
+		{"a text frame", [][]byte{{0x81, 0x02, '{', '}'}}},
+		{"a continuation", [][]byte{masked(0x01, "{"), {0x80, 0x01, '}'}}},
+		{"a ping within a message", [][]byte{masked(0x01, "{"), {0x89, 0x00}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := ingServer(t, ingNewUpstream(t), nil, nil)
+			conn, br := rawWebSocket(t, srv)
+			for _, f := range tt.frames {
+				if _, err := conn.Write(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			op, payload := rawFrame(t, br)
+			if op != 0x8 || len(payload) < 2 {
+				t.Fatalf("frame %x % x, want a close frame with a code", op, payload)
+			}
+			if code := int(payload[0])<<8 | int(payload[1]); code != 1002 {
+				t.Fatalf("closed with %d %q, want 1002", code, payload[2:])
+			}
+		})
 	}
 }
 

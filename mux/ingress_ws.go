@@ -106,8 +106,16 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
-// readWebSocket is the session's reader: one frame at a time, each handed to
-// the dispatcher. The frame buffer is reused: dispatch keeps nothing of it.
+// endRead ends a session whose read failed with err. coder/websocket
+// refuses some frames (an unmasked one, at a message's start or within it)
+// without closing; RFC 6455 wants 1002 for them, as geth sends. Otherwise
+// the session's end closes it as usual (removeClient).
+func endRead(c *Client, err error) {
+	if brokeProtocol(err) {
+		c.shut(closeProtocolError, "protocol error")
+	}
+}
+
 // brokeProtocol reports whether a read failed on what the client sent
 // rather than on the connection ending: not a close frame, not the socket
 // closed, reset or cut short.
@@ -118,6 +126,8 @@ func brokeProtocol(err error) bool {
 		!errors.Is(err, syscall.EPIPE) && !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
+// readWebSocket is the session's reader: one frame at a time, each handed to
+// the dispatcher. The frame buffer is reused: dispatch keeps nothing of it.
 func (s *Server) readWebSocket(c *Client, conn *websocket.Conn, k *clientKeepalive) {
 	limit := s.cfg.MaxMessageBytes
 	var frame []byte
@@ -128,22 +138,18 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn, k *clientKeepali
 		// that never ends costs coder/websocket no watcher per read.
 		_, r, err := conn.Reader(context.Background())
 		k.read()
-		if err != nil {
-			if brokeProtocol(err) {
-				// coder/websocket refuses some frames (an unmasked one)
-				// without closing; RFC 6455 wants 1002, as geth sends.
-				c.shut(closeProtocolError, "protocol error")
-			}
-			return
+		if err == nil {
+			frame, err = readMessage(frame, r, limit)
 		}
-		frame, err = readMessage(frame, r, limit)
 		if err != nil {
+			endRead(c, err)
 			return
 		}
 		if int64(len(frame)) > limit {
 			s.metrics.limit("message_size")
 			s.refuse(c, router.ErrorLimit.Because("message too large"))
 			if _, err := io.Copy(io.Discard, r); err != nil {
+				endRead(c, err)
 				return
 			}
 			frame = reuse(frame, maxKeptSessionBuf)

@@ -168,6 +168,12 @@ func loadConfig(args []string) (*Config, []string, error) {
 		cfg.Upstreams, upstreamFrom = list, "MUXD_UPSTREAM"
 	}
 	errs = multierror.Append(errs, fv.apply(&cfg))
+	// reconnect_max left at its default follows a longer reconnect_initial:
+	// the default fell from 10 s to 2 s, and a configuration that set only
+	// reconnect_initial, above 2 s, stays valid.
+	if cfg.ReconnectMax == defaults().ReconnectMax && cfg.ReconnectInitial.Duration > cfg.ReconnectMax.Duration {
+		cfg.ReconnectMax = cfg.ReconnectInitial
+	}
 	errs = multierror.Append(errs, cfg.problems(upstreamFrom))
 	if err := errs.ErrorOrNil(); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, withListFormat(err))

@@ -129,6 +129,11 @@ deny_methods = ["debug_*"]
 	if code, _, _ := runCmd(t, "--help"); code != 0 {
 		t.Fatalf("--help: exit %d", code)
 	}
+	// reconnect_max left at its default (2 s) follows a longer
+	// reconnect_initial rather than refusing it.
+	if code, _, stderr := runCmd(t, "check", "--upstream", "ws://n:1", "--reconnect-initial", "3s"); code != 0 {
+		t.Fatalf("check with reconnect_initial 3s only: exit %d: %s", code, stderr)
+	}
 }
 
 // TestConfigNoAliasedDefaults: a list in one config file must not leak into
