@@ -64,8 +64,16 @@ func TestClientFrames(t *testing.T) {
 			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","result":1}`, want: []string{"no answer"}},
 			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","error":{}}`, want: []string{"no answer"}},
 			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","method":"eth_foo"}`, want: []string{"no answer"}},
+			// A member named like a JSON-RPC one but for case or escapes
+			// (never forwarded: a node may read it as that member), in a
+			// message no node reads as having an id.
+			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","params":[],"Result":1}`, want: []string{"no answer"}},
+			{do: "c1", in: `{"jsonrpc":"2.0","method":"eth_chainId","params":[],"para\u006ds":[]}`, want: []string{"no answer"}},
 			{do: "c1", in: `[{"jsonrpc":"2.0","method":"admin_peers"},{"jsonrpc":"2.0","method":"eth_chainId","params":"x"}]`,
-				want: []string{"no answer"}, counts: map[string]int{"dropped ignored_notification": 5}},
+				want: []string{"no answer"}, counts: map[string]int{"dropped ignored_notification": 7}},
+			// One a node may read as the id makes a request: answered.
+			{do: "c1", in: `{"jsonrpc":"2.0","ID":1,"method":"eth_chainId"}`,
+				want: []string{`c1< {"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request","data":{"reason":"member name differs from a JSON-RPC member only in case or escapes"}}}`}},
 			// With an id they are requests, and invalid ones.
 			{do: "c1", in: `{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":1}`,
 				want: []string{`c1< {"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"invalid request","data":{"reason":"params must be an array or object"}}}`}},

@@ -222,7 +222,8 @@ const (
 	memParams
 	memResult
 	memError
-	memLookalike // differs only in case from a reserved name
+	memLookalike   // differs only in case or escapes from a reserved name
+	memLookalikeID // the same, of "id": a node may read the message as a request
 )
 
 func memberOf(key []byte) int {
@@ -257,6 +258,9 @@ func memberOf(key []byte) int {
 	}
 	for _, n := range [...]string{"jsonrpc", "id", "method", "params", "result", "error"} {
 		if bytes.EqualFold(name, []byte(n)) {
+			if n == "id" {
+				return memLookalikeID
+			}
 			return memLookalike
 		}
 	}
@@ -267,8 +271,9 @@ func memberOf(key []byte) int {
 // containers (0 at the top level, 1 in a batch).
 func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 	m := Message{Start: i}
-	var seen [memLookalike + 1]bool
+	var seen [memLookalikeID + 1]bool
 	var problem string
+	idLike := false // a member a node may read as the id
 	it := objectMembers(b, i)
 	n := 0
 	for {
@@ -311,10 +316,11 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 			m.Result = sp
 		case memError:
 			m.Error = sp
-		case memLookalike:
+		case memLookalike, memLookalikeID:
 			if problem == "" {
 				problem = lookalikeMember
 			}
+			idLike = idLike || mem == memLookalikeID
 		}
 	}
 	m.End = it.i
@@ -322,7 +328,7 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 		if n == 0 {
 			m.Invalid = fmt.Errorf("%w: empty object", ErrInvalid)
 		} else {
-			m.Invalid = validateRequest(b, &m, problem)
+			m.Invalid = validateRequest(b, &m, problem, idLike)
 		}
 	}
 	return m, it.i, nil
@@ -410,10 +416,12 @@ func isVersion2(raw []byte) bool {
 
 // lookalikeMember is the problem of a member named like a JSON-RPC member
 // but for case or escapes: a node may read it as that member (geth reads
-// "i\u0064" as the id), so the message may be a request and is answered.
+// "i\u0064" as the id). Such a message is never forwarded. One with an id,
+// or with a member a node may read as the id (idLike), may be a request and
+// is answered; one without is a notification to any node, and is ignored.
 const lookalikeMember = "member name differs from a JSON-RPC member only in case or escapes"
 
-func validateRequest(b []byte, m *Message, problem string) error {
+func validateRequest(b []byte, m *Message, problem string, idLike bool) error {
 	// The id is judged first: a valid id is echoed in the error for any
 	// other problem, an invalid one is not.
 	if m.ID.Present() {
@@ -424,7 +432,7 @@ func validateRequest(b []byte, m *Message, problem string) error {
 			return fmt.Errorf("%w: id must be a string, number or null", ErrInvalid)
 		}
 	}
-	if problem == lookalikeMember {
+	if problem == lookalikeMember && (m.ID.Present() || idLike) {
 		return fmt.Errorf("%w: %s", ErrInvalid, problem)
 	}
 	// A wrong version or method makes the node answer even without an id.
