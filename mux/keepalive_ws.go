@@ -93,7 +93,7 @@ func (k *clientKeepalive) check() {
 	}
 	if err != nil && !k.alive() {
 		k.c.srv.metrics.PingTimeouts.Inc()
-		k.c.srv.log.Info("client answered no ping, closing", "client", k.c.id, "after", 2*k.every)
+		k.c.srv.log.Info("client answered no ping, closing", "client", k.c.id, "ping_wait", k.every)
 		k.c.shut(closeGoingAway, "ping timeout")
 		return
 	}
