@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -85,30 +83,8 @@ func (f *failNet) start() {
 		t.Fatal(err)
 	}
 	f.srv = srv
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewUnstartedServer(http.HandlerFunc(srv.ServeWebSocket))
-	front.Listener.Close()
-	front.Listener = ln
-	front.Start()
+	front := runServer(t, srv, http.HandlerFunc(srv.ServeWebSocket), nil)
 	f.url = "ws" + strings.TrimPrefix(front.URL, "http")
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(testTimeout):
-			t.Error("Server.Run did not return")
-		}
-		sctx, scancel := context.WithCancel(context.Background())
-		scancel()
-		_ = srv.Shutdown(sctx)
-		front.Close()
-	})
 }
 
 // advance moves the chain on: each of the given nodes, in order, gets the

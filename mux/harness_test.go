@@ -72,6 +72,35 @@ type harnessOpts struct {
 	noWaitUp bool // do not wait for the upstream to be connected
 }
 
+// runServer runs srv until the test ends and serves handler on a loopback
+// listener (through wrap, when set). The test's cleanup stops Run and
+// waits for it, shuts the server (closing every client session now) and
+// closes the listener.
+func runServer(t *testing.T, srv *Server, handler http.Handler, wrap func(net.Listener) net.Listener) *httptest.Server {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- srv.Run(ctx) }()
+	front := httptest.NewUnstartedServer(handler)
+	if wrap != nil {
+		front.Listener = wrap(front.Listener)
+	}
+	front.Start()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-runDone:
+		case <-time.After(testTimeout):
+			t.Error("Server.Run did not return")
+		}
+		sctx, scancel := context.WithCancel(context.Background())
+		scancel()
+		_ = srv.Shutdown(sctx)
+		front.Close()
+	})
+	return front
+}
+
 func newHarness(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
 	logger := testLogger(t)
@@ -94,37 +123,15 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	h.srv = srv
 
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- srv.Run(ctx) }()
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.front = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Registered first, so run last: after runServer's cleanup has
+	// closed every session.
+	t.Cleanup(func() { waitGroup(t, &h.handlers, "client sessions") })
+	h.front = runServer(t, srv, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.handlers.Add(1)
 		defer h.handlers.Done()
 		srv.ServeWebSocket(w, r)
-	}))
-	h.front.Listener.Close()
-	h.front.Listener = &hookListener{Listener: ln, h: h}
-	h.front.Start()
+	}), func(ln net.Listener) net.Listener { return &hookListener{Listener: ln, h: h} })
 	h.URL = "ws" + strings.TrimPrefix(h.front.URL, "http")
-
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-runDone:
-		case <-time.After(testTimeout):
-			t.Error("Server.Run did not return")
-		}
-		sctx, scancel := context.WithCancel(context.Background())
-		scancel()
-		_ = srv.Shutdown(sctx) // closes every client session now
-		h.front.Close()
-		waitGroup(t, &h.handlers, "client sessions")
-	})
 	if !o.noWaitUp {
 		h.waitUp(t, true)
 	}

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -423,19 +424,7 @@ func judgeReads(t *testing.T, reads []read, events []readEvent, maxDelay, window
 			report(&bad, r, fmt.Sprintf("%s (code %d; issued %s)", r.err, r.code, where))
 		}
 	}
-	keys := make([]string, 0, len(methods))
-	for m := range methods {
-		keys = append(keys, m)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for i, m := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s %d", m, methods[m])
-	}
-	st.byMethod = b.String()
+	st.byMethod = joinSorted(methods, "%s %d", ", ")
 	for i, e := range events {
 		es := st.events[i]
 		t.Logf("around the %s (at %v): %d reads, %d of them in flight at it, %d answered -32002, longest %v", e.name,
@@ -521,14 +510,15 @@ func activeGauge(t *testing.T, reg *prometheus.Registry, when string, want int) 
 
 // formatValues prints metric values by label value, sorted.
 func formatValues(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	return "{" + joinSorted(m, "%s=%v", " ") + "}"
+}
+
+// joinSorted formats each entry of m as format(key, value), in key order,
+// joined by sep.
+func joinSorted[V any](m map[string]V, format, sep string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf(format, k, m[k]))
 	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%v", k, m[k])
-	}
-	return "{" + strings.Join(parts, " ") + "}"
+	return strings.Join(parts, sep)
 }
