@@ -27,7 +27,12 @@
 //   - newHeads: the last delivered head (number, hash) and the hashes of
 //     the last Config.Blocks delivered heads are kept per key. A head that
 //     is the child of the last one is delivered. A head already delivered
-//     (same number and hash) is dropped. Any other head starts a job: the
+//     (same number and hash) is dropped. A key live again (Live) that
+//     gets no push within Config.HeadWait asks for the node's head
+//     (eth_getBlockByNumber("latest", false)) and takes the answer as if
+//     it had been pushed, when it is above the last delivered head and no
+//     job has started meanwhile (Tick sends it; Push or Disconnected
+//     first cancels it). Any other head starts a job: the
 //     missing numbers are fetched with eth_getBlockByNumber(n, false),
 //     lowest first (at most Config.MaxInFlight at a time), then the chain
 //     is walked down from the new head by parent hash until a delivered hash is met (the

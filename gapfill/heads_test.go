@@ -435,3 +435,114 @@ func TestHeadsReorgRoundTrips(t *testing.T) {
 		t.Errorf("%d round trips, want 2 (block 11, then the replaced heads at once)", rounds)
 	}
 }
+
+// TestHeadsLiveAgainAsksHead: a newHeads key live again after a reconnect
+// waits HeadWait for the node's next push; with none, it asks the node for
+// its head and delivers the heads mined while it was not live at once,
+// each once and in order, instead of a block time later. What each case
+// sends and delivers.
+func TestHeadsLiveAgainAsksHead(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	latest := func(ss []Send) int {
+		k := 0
+		for _, s := range ss {
+			if s.Method == "eth_getBlockByNumber" && string(s.Params) == `["latest",false]` {
+				k++
+			}
+		}
+		return k
+	}
+	tests := []struct {
+		name      string
+		nodeHead  uint64 // the node's head after the reconnect (10 delivered before)
+		pushFirst bool   // the node pushes its head before HeadWait is over
+		lostFirst bool   // the connection is lost before HeadWait is over
+		wantAsked int    // eth_getBlockByNumber("latest") sent
+		want      []string
+		wantBF    int
+		pushAfter uint64 // then the node pushes this head (0: none)
+		wantFinal []string
+	}{
+		{name: "blocks mined meanwhile: delivered when the wait is over", nodeHead: 15, wantAsked: 1,
+			want: headsOf(main, 11, 15), wantBF: 4, pushAfter: 16, wantFinal: headsOf(main, 11, 16)},
+		{name: "the node's push of the fetched head is dropped", nodeHead: 13, wantAsked: 1,
+			want: headsOf(main, 11, 13), wantBF: 2, pushAfter: 13, wantFinal: headsOf(main, 11, 13)},
+		{name: "the next block only: delivered alone", nodeHead: 11, wantAsked: 1,
+			want: headsOf(main, 11, 11), pushAfter: 12, wantFinal: headsOf(main, 11, 12)},
+		{name: "nothing mined: nothing delivered", nodeHead: 10, wantAsked: 1,
+			pushAfter: 11, wantFinal: headsOf(main, 11, 11)},
+		{name: "a node behind the last head: nothing delivered, no job", nodeHead: 8, wantAsked: 1},
+		{name: "the node pushes first: not asked", nodeHead: 14, pushFirst: true,
+			want: headsOf(main, 11, 14), wantBF: 3, wantFinal: headsOf(main, 11, 14)},
+		{name: "connection lost before the wait is over: not asked", nodeHead: 14, lostFirst: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &node{chain: main, head: 10}
+			h := newHarness(t, Config{Blocks: 128}, n)
+			h.apply(h.m.Live(headsKey, h.now), nil)
+			for i := uint64(1); i <= 10; i++ {
+				h.push(headsKey, headJSON(main[i]))
+			}
+			h.out, n.seen = nil, nil
+			h.m.Disconnected()
+			n.head = tc.nodeHead
+			h.apply(h.m.Live(headsKey, h.now), nil)
+			if len(h.out) != 0 || len(n.seen) != 0 {
+				t.Fatalf("at Live: delivered %v, sent %v", h.deliveredHeads(), n.seen)
+			}
+			h.tick(DefaultHeadWait / 2)
+			if tc.pushFirst {
+				h.push(headsKey, headJSON(main[tc.nodeHead]))
+			}
+			if tc.lostFirst {
+				h.m.Disconnected()
+			}
+			h.tick(DefaultHeadWait)
+			h.tick(DefaultHeadWait)
+			if got := latest(n.seen); got != tc.wantAsked {
+				t.Errorf("asked for the head %d times, want %d", got, tc.wantAsked)
+			}
+			if got := h.deliveredHeads(); !slices.Equal(got, tc.want) || h.heads != tc.wantBF || len(h.gaps) != 0 {
+				t.Fatalf("delivered %v (backfilled %d, gaps %v), want %v (%d)", got, h.heads, h.gaps, tc.want, tc.wantBF)
+			}
+			if k := h.m.keys[headsKey]; k.job != nil {
+				t.Fatalf("a job still runs")
+			}
+			if tc.pushAfter > 0 {
+				n.head = max(n.head, tc.pushAfter)
+				h.push(headsKey, headJSON(main[tc.pushAfter]))
+				if got := h.deliveredHeads(); !slices.Equal(got, tc.wantFinal) {
+					t.Fatalf("after the push of %d: delivered %v, want %v", tc.pushAfter, got, tc.wantFinal)
+				}
+			}
+		})
+	}
+}
+
+// TestHeadsLatestAfterPush: the node's head, asked after HeadWait, is
+// answered after a push has started a job: the answer changes nothing
+// and every head is still delivered once, in order.
+func TestHeadsLatestAfterPush(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	n := &node{chain: main, head: 10}
+	h := newHarness(t, Config{Blocks: 128}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	h.m.Disconnected()
+	n.head = 14
+	n.hook = func(s Send) ([]byte, bool, bool) {
+		return nil, false, string(s.Params) == `["latest",false]` // held back
+	}
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.tick(DefaultHeadWait)
+	if len(h.unans) != 1 {
+		t.Fatalf("unanswered %v, want the head request", h.unans)
+	}
+	h.push(headsKey, headJSON(main[14])) // job: 11..13, then 14
+	h.collect(h.m.Answer(h.unans[0].ID, blockJSON(main[14]), h.now), nil)
+	h.push(headsKey, headJSON(main[15]))
+	if got := h.deliveredHeads(); !slices.Equal(got, headsOf(main, 10, 15)) || h.heads != 3 {
+		t.Fatalf("delivered %v (backfilled %d), want %v (3)", got, h.heads, headsOf(main, 10, 15))
+	}
+}

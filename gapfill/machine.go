@@ -28,6 +28,11 @@ type Config struct {
 	LogsChunk uint64
 	// MaxHeld bounds the live pushes a job holds for its key.
 	MaxHeld int
+	// HeadWait is how long a newHeads key that is live again waits for
+	// the node's next push before it asks the node for its head, so that
+	// the heads mined while it was not live are delivered then rather
+	// than a block time later.
+	HeadWait time.Duration
 }
 
 // Defaults for Config fields left zero.
@@ -41,6 +46,7 @@ const (
 	DefaultMaxInFlight    = 8
 	DefaultLogsChunk      = 32
 	DefaultMaxHeld        = 10000
+	DefaultHeadWait       = time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -70,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxHeld <= 0 {
 		c.MaxHeld = DefaultMaxHeld
+	}
+	if c.HeadWait <= 0 {
+		c.HeadWait = DefaultHeadWait
 	}
 	return c
 }
@@ -129,11 +138,16 @@ type Machine struct {
 	// jump, whose blocks every logs key backfills (noteHead).
 	nodeHead     uint64
 	haveNodeHead bool
+
+	// headWaits are the newHeads keys live again on this connection that
+	// have had no push yet, with when they ask the node for its head
+	// (Config.HeadWait).
+	headWaits map[string]time.Time
 }
 
 // New returns a machine with no keys.
 func New(cfg Config) *Machine {
-	return &Machine{cfg: cfg.withDefaults(), keys: map[string]*keyState{}, reqs: map[uint64]*request{}}
+	return &Machine{cfg: cfg.withDefaults(), keys: map[string]*keyState{}, reqs: map[uint64]*request{}, headWaits: map[string]time.Time{}}
 }
 
 // Enabled reports whether backfill is on (Config.Blocks > 0).
@@ -190,6 +204,7 @@ type logBlock struct {
 const (
 	purposeHeadByNumber = "head_by_number"
 	purposeHeadByHash   = "head_by_hash"
+	purposeHeadLatest   = "head_latest" // the node's head, asked when a newHeads key is live again
 	purposeBaseline     = "logs_baseline"
 	purposeHeadNumber   = "logs_head" // the head block: its number, hash and parent
 	purposeCheckBlock   = "logs_check_block"
@@ -327,10 +342,39 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		// not last).
 		m.enqueue(k, &request{method: "eth_getBlockByNumber", params: []byte(`["latest",false]`), purpose: purposeHeadNumber}, now)
 		m.askChecks(k, now)
+	case k.kind == kindHeads && k.job == nil && k.haveLast:
+		// The next push starts the job that fills the gap; if none comes
+		// within HeadWait, the node is asked for its head (Tick), so the
+		// heads mined while the key was not live are delivered then, not
+		// a block time later. Waiting first costs nothing when the node
+		// pushes soon, and spends no request of a connection that does
+		// not last.
+		m.headWaits[key] = now.Add(m.cfg.HeadWait)
 	}
-	// newHeads needs nothing now: the next head is not the child of the
-	// last delivered one, and starts the job.
 	return m.take()
+}
+
+// latestAnswered takes the node's head block, asked when newHeads key k
+// became live again and the node pushed nothing for HeadWait, as if the
+// node had pushed it: a head above
+// the last delivered one is delivered, with the heads missed below it
+// fetched first (onHead). An answer that comes after a push started a job,
+// or that is no block, or not above the last delivered head (a node behind
+// the one before it), changes nothing: the node's pushes carry on from
+// there under the usual rules.
+func (m *Machine) latestAnswered(k *keyState, result []byte, now time.Time) {
+	if k.kind != kindHeads || k.job != nil || !k.haveLast || result == nil {
+		return
+	}
+	raw, ok := HeaderFromBlock(result)
+	if !ok {
+		return
+	}
+	h, ok := parseHeader(raw)
+	if !ok || h.num <= k.last {
+		return
+	}
+	m.onHead(k, h, false, now)
 }
 
 // askBaseline asks for the node's head: where logs key k starts (outside
@@ -342,6 +386,7 @@ func (m *Machine) askBaseline(k *keyState, now time.Time) {
 // Forget drops everything known about key (its last subscriber left).
 func (m *Machine) Forget(key string) {
 	delete(m.keys, key)
+	delete(m.headWaits, key)
 	m.dropRequests(key)
 }
 
@@ -360,6 +405,7 @@ func (m *Machine) dropRequests(key string) {
 // connection's job fetches its blocks again).
 func (m *Machine) Disconnected() {
 	clear(m.reqs)
+	clear(m.headWaits)
 	m.haveNodeHead = false // the next connection's job covers the outage
 	for _, k := range m.keys {
 		k.owedTo = 0
@@ -384,6 +430,7 @@ func (m *Machine) passes(k *keyState) bool {
 // object) for key".
 func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 	k := m.keys[key]
+	delete(m.headWaits, key) // the node pushes: its rules take it from here
 	if m.passes(k) {
 		m.eff.Deliveries = append(m.eff.Deliveries, Delivery{Key: key, Live: true})
 		return m.take()
@@ -438,6 +485,10 @@ func (m *Machine) Answer(id uint64, result []byte, now time.Time) Effects {
 	if k == nil {
 		return m.take()
 	}
+	if r.purpose == purposeHeadLatest {
+		m.latestAnswered(k, result, now)
+		return m.take()
+	}
 	if r.purpose == purposeBaseline {
 		if n, ok := parseQuantityJSON(result); ok && !k.haveCovered {
 			k.covered, k.haveCovered = n, true
@@ -479,6 +530,12 @@ func (m *Machine) Tick(now time.Time) Effects {
 		k.job.inflight--
 		m.failed(k, r, now)
 	}
+	for _, key := range m.dueHeadWaits(now) {
+		delete(m.headWaits, key)
+		if k := m.keys[key]; k != nil && k.job == nil {
+			m.sendNew(k, &request{method: "eth_getBlockByNumber", params: []byte(`["latest",false]`), purpose: purposeHeadLatest}, now)
+		}
+	}
 	for _, key := range m.keysWithJobs() {
 		k := m.keys[key] // each key's effects touch that key only: its job still runs
 		if !now.Before(k.job.deadline) {
@@ -488,6 +545,19 @@ func (m *Machine) Tick(now time.Time) Effects {
 		m.pump(k, now)
 	}
 	return m.take()
+}
+
+// dueHeadWaits returns the keys whose HeadWait is over, sorted (effects
+// in a stable order).
+func (m *Machine) dueHeadWaits(now time.Time) []string {
+	var due []string
+	for key, at := range m.headWaits {
+		if !now.Before(at) {
+			due = append(due, key)
+		}
+	}
+	slices.Sort(due)
+	return due
 }
 
 // keysWithJobs returns the keys whose job runs, sorted (effects in a

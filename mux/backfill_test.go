@@ -241,6 +241,36 @@ func TestBackfillHeads(t *testing.T) {
 	}
 }
 
+// TestBackfillHeadsWithoutPush: after a reconnect the node pushes nothing
+// (a chain whose next block is a while away); the subscriber still gets
+// the heads mined during the outage, about HeadWait after the
+// resubscription, and then the node's next push, each once and in order.
+func TestBackfillHeadsWithoutPush(t *testing.T) {
+	t.Parallel()
+	chain := &fakeChain{head: 10, fork: 1 << 60}
+	h := newBackfillHarness(t, chain, nil)
+	c := h.dial(t)
+	sub := c.subscribe(`1`, `["newHeads"]`)
+	fc := h.fake.Conn(t, 1)
+	up := upstreamID(t, fc)
+	for n := uint64(1); n <= 10; n++ {
+		fc.MustWrite(t, pushFrame(up, chain.headPush(n)))
+		c.recvPush(sub, chain.headPush(n))
+	}
+	chain.set(func(c *fakeChain) { c.head = 13 })
+	fc.Drop()
+	fc = h.fake.Conn(t, 2)
+	up = upstreamID(t, fc)
+	for n := uint64(11); n <= 13; n++ {
+		c.recvPush(sub, chain.headPush(n))
+	}
+	chain.set(func(c *fakeChain) { c.head = 14 })
+	fc.MustWrite(t, pushFrame(up, chain.headPush(13))) // late: dropped
+	fc.MustWrite(t, pushFrame(up, chain.headPush(14)))
+	c.recvPush(sub, chain.headPush(14))
+	c.barrier()
+}
+
 // TestBackfillLogsReorg: a reorg across an outage replaces blocks 9 and
 // 10 (8, whose logs were delivered too, stays); the logs subscriber gets their logs again with removed:true, then the
 // new branch's logs, then what the node pushes live, each once.
