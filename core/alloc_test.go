@@ -1,7 +1,9 @@
 package core
 
 import (
+	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/muxd/muxd/router"
@@ -141,3 +143,90 @@ func TestAllocsAnswerToBatch(t *testing.T) {
 		t.Fatalf("%d answers routed, %d still pending", i, h.c.Stats().Pending)
 	}
 }
+
+// TestBatchArenasReused: with Config.Arenas, each client batch is laid out
+// in a buffer Arenas returned, and an answer that completes the batch comes
+// back in that buffer (Delivery.Arena) for the shell to reuse. Buffers are
+// handed back dirty (overwritten, as after a write) and reused: every
+// upstream array and every answer stays byte for byte what it must be. An
+// answer too long for its arena is built elsewhere and carries no Arena.
+func TestBatchArenasReused(t *testing.T) {
+	var (
+		free   [][]byte
+		handed = map[*byte]bool{}
+		made   int
+	)
+	h := newHarness(t, func(c *Config) {
+		c.MaxBatch, c.UpstreamMaxBatch, c.MaxInFlight = 10, 10, 10
+		c.Arenas = func(n int) []byte {
+			if k := len(free); k > 0 && cap(free[k-1]) >= n {
+				b := free[k-1]
+				free = free[:k-1]
+				return b
+			}
+			made++
+			b := make([]byte, 0, max(n, 4096))
+			handed[&b[:1][0]] = true
+			return b
+		}
+	})
+	h.join(false)
+	h.connect()
+	for i := range 40 {
+		n := 2 + i%4
+		var req, want []string
+		for k := range n {
+			id := `"r` + strconv.Itoa(i) + `-` + strconv.Itoa(k) + `"`
+			req = append(req, `{"jsonrpc":"2.0","id":`+id+`,"method":"eth_call","params":[{"to":"0x6b175474e89094c44da98b954eedeac495271d0f","data":"0x`+strconv.Itoa(i*k)+`"},"latest"]}`)
+			want = append(want, id)
+		}
+		out := h.clientFrame(1, "["+joinComma(req)+"]")
+		if len(out) != 1 || !startsWith(out[0], "up> [") {
+			t.Fatalf("batch %d: %v, want one upstream array", i, out)
+		}
+		var sent []struct {
+			ID     json.RawMessage `json:"id"`
+			Params json.RawMessage `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(out[0][len("up> "):]), &sent); err != nil || len(sent) != n {
+			t.Fatalf("batch %d: upstream array %s: %v", i, out[0], err)
+		}
+		result := func(k int) string { return `"0x` + strconv.Itoa(1000*i+k) + `"` }
+		long := i == 39 // an answer longer than the arena
+		var ans, exp []string
+		for k := range n {
+			r := result(k)
+			if long {
+				r = `"0x` + strings.Repeat("ab", 4096) + `"`
+			}
+			ans = append(ans, res(string(sent[k].ID), r))
+			exp = append(exp, res(want[k], r))
+		}
+		got := h.upstreamFrame(0, "["+joinComma(ans)+"]", false)
+		if len(got) != 1 || got[0] != "c1< ["+joinComma(exp)+"]" {
+			t.Fatalf("batch %d: delivered %v, want c1< [%s]", i, got, joinComma(exp))
+		}
+		d := h.e.Deliveries[0]
+		if long {
+			if d.Arena != nil {
+				t.Fatalf("batch %d: an answer longer than its arena came with Arena", i)
+			}
+			continue
+		}
+		if d.Arena == nil || !handed[&d.Arena[:1][0]] || &d.Msg[0] != &d.Arena[:1][0] {
+			t.Fatalf("batch %d: the answer does not lie in an arena Arenas returned", i)
+		}
+		a := d.Arena[:cap(d.Arena)]
+		for j := range a {
+			a[j] = 'x' // written and reused: whatever it held is gone
+		}
+		free = append(free, a[:0])
+	}
+	if made != 1 {
+		t.Errorf("%d arenas made for 40 batches one after another, want 1", made)
+	}
+}
+
+func joinComma(s []string) string { return strings.Join(s, ",") }
+
+func startsWith(s, prefix string) bool { return strings.HasPrefix(s, prefix) }

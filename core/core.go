@@ -50,6 +50,11 @@ type Config struct {
 	// core cannot derive from its events: the shell draws them at random.
 	NewSubscriptionID func() string
 	Observer          Observer // nil: nothing is counted
+	// Arenas, when set, returns a buffer of capacity at least n for the
+	// memory a client batch's upstream array is laid out in: the shell
+	// reuses the buffers that whole-batch answers come back in
+	// (Delivery.Arena) once it has written them. nil: each is made.
+	Arenas func(n int) []byte
 }
 
 // Core is muxd's routing state and rules (see the package doc). It is not
@@ -124,7 +129,7 @@ func New(cfg Config) (*Core, error) {
 	// Subscriptions are shared by their own table.
 	delete(coalesce, methodSubscribe)
 	delete(coalesce, methodUnsubscribe)
-	return &Core{
+	c := &Core{
 		coalesce:   coalesce,
 		coal:       newCoalesceTable(),
 		cache:      newAnswerCache(cfg.CacheBytes),
@@ -137,7 +142,9 @@ func New(cfg Config) (*Core, error) {
 		gap:        gapfill.New(gapfill.Config{Blocks: cfg.BackfillBlocks, RequestTimeout: gapTimeout, JobTimeout: 6 * gapTimeout}),
 		gapReqs:    make(map[uint64]uint64),
 		gapTimeout: gapTimeout,
-	}, nil
+	}
+	c.batches.Alloc = cfg.Arenas
+	return c, nil
 }
 
 // Join registers a session and returns its id. http says the session is

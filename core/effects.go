@@ -81,6 +81,10 @@ type Delivery struct {
 	Shared   bool
 	Lendable bool
 	Off      int
+	// Arena, when set, is the buffer Msg lies in, no longer the core's:
+	// the shell may reuse it (Config.Arenas) once Msg is written, and
+	// must not before.
+	Arena []byte
 }
 
 // Note is a line for the log: Msg with slog-style key/value Args, at level

@@ -223,7 +223,8 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 	c.endedN(cl, len(msgs), held)
 	b.Close()
 	if cl != nil {
-		e.deliver(cl, Delivery{Msg: append(out, ']')})
+		msg := append(out, ']')
+		e.deliver(cl, Delivery{Msg: msg, Arena: up.Arena(msg)})
 	}
 	// The group was the whole batch (oneUntouchedBatch), now taken: no
 	// slot, waiting request or Pending points at up any more.

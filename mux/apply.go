@@ -74,7 +74,7 @@ func (s *Server) deliver(ds []core.Delivery, buf []byte) (lent bool) {
 		if c == nil {
 			continue
 		}
-		m := outMsg{msg: d.Msg}
+		m := outMsg{msg: d.Msg, arena: d.Arena}
 		switch {
 		case d.ID == nil:
 			if d.Borrowed {

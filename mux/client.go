@@ -71,6 +71,9 @@ func (c *Client) send(seq uint64, m outMsg) {
 		if m.lent != nil {
 			c.srv.frames.put(m.lent)
 		}
+		if m.arena != nil {
+			c.srv.arenas.put(m.arena)
+		}
 		c.slowConsumer()
 		return
 	}
@@ -210,7 +213,7 @@ func (c *Client) writeLoop() {
 		}
 		c.writes.Add(1)
 		c.out.done(n)
-		w.written(batch, &c.srv.frames)
+		w.written(batch, c.srv)
 		clear(batch)
 	}
 }
@@ -269,11 +272,15 @@ func (w *messageWriter) messages(batch []outMsg) ([][]byte, int) {
 }
 
 // written lets go of what batch held once it is written: lent frame
-// buffers go back to pool, and a buffer grown for a large write is dropped.
-func (w *messageWriter) written(batch []outMsg, pool *framePool) {
+// buffers and batch arenas go back to s's pools, and a buffer grown for a
+// large write is dropped.
+func (w *messageWriter) written(batch []outMsg, s *Server) {
 	for i := range batch {
 		if b := batch[i].lent; b != nil {
-			pool.put(b)
+			s.frames.put(b)
+		}
+		if b := batch[i].arena; b != nil {
+			s.arenas.put(b)
 		}
 	}
 	clear(w.msgs)

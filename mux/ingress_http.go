@@ -100,8 +100,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(msgs[0])
 			// A large answer lies in a frame buffer the upstream
-			// reader lent: written, it goes back to the pool.
-			mw.written(batch, &s.frames)
+			// reader lent, a batch's in its arena: written, they go
+			// back to their pools.
+			mw.written(batch, s)
 			return
 		}
 	}

@@ -10,12 +10,15 @@ import (
 // with the bytes at at replaced by id (a push shared by every subscriber of
 // its key, spliced by each client's writer). lent is the upstream frame
 // buffer msg lies in, for the writer to give back to the pool once msg is
-// written; nil for most.
+// written; nil for most. arena is the batch arena msg lies in
+// (core.Delivery.Arena), for the writer to give back to the server's
+// arenaPool once msg is written.
 type outMsg struct {
-	msg  []byte
-	at   router.Span
-	id   []byte
-	lent []byte
+	msg   []byte
+	at    router.Span
+	id    []byte
+	lent  []byte
+	arena []byte
 }
 
 // size is the length of the message as the client gets it.

@@ -56,6 +56,7 @@ type Server struct {
 	fanout  fanouts // the upstream reader's hand-off of large fan-outs
 	dropLog dropLimiter
 	frames  framePool // the upstream reader's large frame buffers
+	arenas  arenaPool // client batches' upstream arrays (arenas.go)
 	reclaim reclaimer // gives large releases back to the OS
 	sweep   core.Effects
 }
@@ -101,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 		ReportHeads:       len(cfg.Upstreams) > 1,
 		NewSubscriptionID: newSubscriptionID,
 		Observer:          observer{s.metrics},
+		Arenas:            s.arenas.get,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)

@@ -24,6 +24,8 @@ type UpstreamBatch struct {
 	// element is there, unsettled, and goes in one array, arena plus "]"
 	// is that array and nothing is copied. ids holds the clients' ids.
 	arena, ids []byte
+	// mem is the whole allocation arena and ids lie in (Arena).
+	mem        []byte
 	inArena    bool     // every element added so far lies in arena
 	elems      []upElem // in client order
 	calls      []int32  // positions of the calls in elems, whose ids ascend
@@ -52,19 +54,38 @@ type upElem struct {
 // array it sends is that buffer.
 func NewUpstreamBatch(frameLen, n, idLen int) *UpstreamBatch {
 	u := &UpstreamBatch{elems: make([]upElem, 0, n), calls: make([]int32, 0, n)}
-	u.layOut(frameLen, n, idLen)
+	u.layOut(nil, frameLen, n, idLen)
 	return u
 }
 
-// layOut gives u a fresh arena for n elements of a frameLen-byte frame.
-func (u *UpstreamBatch) layOut(frameLen, n, idLen int) {
+// layOut gives u an arena for n elements of a frameLen-byte frame, from
+// alloc (nil: make).
+func (u *UpstreamBatch) layOut(alloc func(n int) []byte, frameLen, n, idLen int) {
 	// Each element's upstream frame is its client bytes with the id
 	// replaced by at most 20 digits; one separator each, and the brackets.
 	// The clients' ids (KeepID) follow in the same allocation.
 	size := frameLen + 21*n + 2
-	buf := make([]byte, 1, size+idLen)
+	var buf []byte
+	if alloc != nil {
+		buf = alloc(size + idLen)
+	}
+	if cap(buf) < size+idLen {
+		buf = make([]byte, 0, size+idLen)
+	}
+	buf = buf[:1]
 	buf[0] = '['
+	u.mem = buf[:cap(buf)]
 	u.arena, u.ids, u.inArena = buf[:1:size], buf[size:size:size+idLen], true
+}
+
+// Arena returns the allocation the batch was laid out in, when msg (an
+// answer built in AnswerRoom) lies there: the caller may reuse it once msg
+// is no longer needed. Otherwise nil.
+func (u *UpstreamBatch) Arena(msg []byte) []byte {
+	if len(msg) == 0 || len(u.mem) == 0 || &msg[0] != &u.mem[0] {
+		return nil
+	}
+	return u.mem
 }
 
 // UpstreamBatches is a free list of UpstreamBatch bookkeeping (the struct
@@ -74,6 +95,10 @@ func (u *UpstreamBatch) layOut(frameLen, n, idLen int) {
 // lock guards it with the pending table.
 type UpstreamBatches struct {
 	free []*UpstreamBatch
+	// Alloc, when set, returns a buffer of capacity at least n (length
+	// and contents do not matter) for a batch's arena: the shell reuses
+	// the arenas that answers were laid out in (UpstreamBatch.Arena).
+	Alloc func(n int) []byte
 }
 
 const (
@@ -85,19 +110,23 @@ const (
 func (l *UpstreamBatches) New(frameLen, n, idLen int) *UpstreamBatch {
 	k := len(l.free)
 	if k == 0 || n > maxFreeBatchSize {
-		return NewUpstreamBatch(frameLen, n, idLen)
+		u := &UpstreamBatch{elems: make([]upElem, 0, n), calls: make([]int32, 0, n)}
+		u.layOut(l.Alloc, frameLen, n, idLen)
+		return u
 	}
 	u := l.free[k-1]
 	l.free[k-1] = nil
 	l.free = l.free[:k-1]
-	u.layOut(frameLen, n, idLen)
+	u.layOut(l.Alloc, frameLen, n, idLen)
 	return u
 }
 
 // Put gives u back for reuse. The caller must hold the only reference to
 // u: no pending table slot, waiting request or Pending still points at it
-// (a group taken whole, TakeGroup). Its arena is not reused, so slices of
-// it handed out (frames sent, an answer laid out there) stay valid.
+// (a group taken whole, TakeGroup). Its arena is not reused here, so slices
+// of it handed out (frames sent, an answer laid out there) stay valid; the
+// shell reuses an arena only once the answer laid out in it is written
+// (Arena, Alloc).
 func (l *UpstreamBatches) Put(u *UpstreamBatch) {
 	if u == nil || len(l.free) >= maxFreeBatches || cap(u.elems) > maxFreeBatchSize {
 		return
