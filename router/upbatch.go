@@ -25,13 +25,13 @@ type UpstreamBatch struct {
 	// is that array and nothing is copied. ids holds the clients' ids.
 	arena, ids []byte
 	// mem is the whole allocation arena and ids lie in (Arena).
-	mem        []byte
-	inArena    bool     // every element added so far lies in arena
-	elems      []upElem // in client order
-	calls      []int32  // positions of the calls in elems, whose ids ascend
-	next       int      // the first element not yet sent
-	owed       int      // calls of the array in flight not yet settled
-	from       int      // the array in flight is elems[from:next]
+	mem     []byte
+	inArena bool     // every element added so far lies in arena
+	elems   []upElem // in client order
+	calls   []int32  // positions of the calls in elems, whose ids ascend
+	next    int      // the first element not yet sent
+	owed    int      // calls of the array in flight not yet settled
+	from    int      // the array in flight is elems[from:next]
 	// slot is 1 + the slot of the group of the pending table that holds
 	// the calls' Pendings (see Requests), 0 for none.
 	slot int32
