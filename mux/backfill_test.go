@@ -151,6 +151,22 @@ func gapCount(s *Server, kind, reason string) float64 {
 	return counterValue(s.metrics.BackfillGaps.WithLabelValues(kind, reason))
 }
 
+// headsDelivered starts a backfill harness on chain, subscribes a client
+// to newHeads and has the node push blocks 1 to 10, each checked received.
+func headsDelivered(t *testing.T, chain *fakeChain, cfg func(*Config)) (h *harness, c *wsClient, sub string, fc *fakeConn, up string) {
+	t.Helper()
+	h = newBackfillHarness(t, chain, cfg)
+	c = h.dial(t)
+	sub = c.subscribe(`1`, `["newHeads"]`)
+	fc = h.fake.Conn(t, 1)
+	up = upstreamID(t, fc)
+	for n := uint64(1); n <= 10; n++ {
+		fc.MustWrite(t, pushFrame(up, chain.headPush(n)))
+		c.recvPush(sub, chain.headPush(n))
+	}
+	return h, c, sub, fc, up
+}
+
 // TestBackfillHeads: through a fake node, a newHeads subscriber gets every
 // head once, in chain order, across a jump, a reorg across an outage, a
 // gap longer than backfill_blocks, null answers, and failing or silent
@@ -193,15 +209,7 @@ func TestBackfillHeads(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			chain := &fakeChain{head: 10, fork: 1 << 60}
-			h := newBackfillHarness(t, chain, tt.cfg)
-			c := h.dial(t)
-			sub := c.subscribe(`1`, `["newHeads"]`)
-			fc := h.fake.Conn(t, 1)
-			up := upstreamID(t, fc)
-			for n := uint64(1); n <= 10; n++ {
-				fc.MustWrite(t, pushFrame(up, chain.headPush(n)))
-				c.recvPush(sub, chain.headPush(n))
-			}
+			h, c, sub, fc, up := headsDelivered(t, chain, tt.cfg)
 			chain.set(func(c *fakeChain) {
 				c.head, c.hook = tt.head+1, tt.hook
 				if tt.branch != 0 {
@@ -248,15 +256,7 @@ func TestBackfillHeads(t *testing.T) {
 func TestBackfillHeadsWithoutPush(t *testing.T) {
 	t.Parallel()
 	chain := &fakeChain{head: 10, fork: 1 << 60}
-	h := newBackfillHarness(t, chain, nil)
-	c := h.dial(t)
-	sub := c.subscribe(`1`, `["newHeads"]`)
-	fc := h.fake.Conn(t, 1)
-	up := upstreamID(t, fc)
-	for n := uint64(1); n <= 10; n++ {
-		fc.MustWrite(t, pushFrame(up, chain.headPush(n)))
-		c.recvPush(sub, chain.headPush(n))
-	}
+	h, c, sub, fc, up := headsDelivered(t, chain, nil)
 	chain.set(func(c *fakeChain) { c.head = 13 })
 	fc.Drop()
 	fc = h.fake.Conn(t, 2)
