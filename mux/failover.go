@@ -156,8 +156,11 @@ func (s *Server) decideLocked(now time.Time) *switchover {
 	if sw.To >= 0 {
 		to = s.nodes[sw.To].conn
 	}
-	if sw.Reason != failover.ReasonFirst && sw.To >= 0 {
-		s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
+	if sw.To >= 0 {
+		if sw.Reason != failover.ReasonFirst && s.lastActive >= 0 && sw.To != s.lastActive {
+			s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
+		}
+		s.lastActive = sw.To
 	}
 	if to == nil {
 		if s.multi() {

@@ -567,6 +567,21 @@ func TestFailoverScenarios(t *testing.T) {
 			failovers: map[failover.Reason]float64{failover.ReasonLost: 1},
 		},
 		{
+			// Node 1 dies; then node 0's connection drops and it takes
+			// the next one: node 0 is active again after the outage,
+			// which is no change of the active upstream, so no failover
+			// is counted (nor, with one upstream, on any reconnect).
+			name: "active back after an outage, standby dead",
+			run: func(t *testing.T, f *failNet, c clients) []int {
+				f.kill(1)
+				f.drop(0)
+				f.nodes[0].Conn(t, 2)
+				waitActive(t, f.srv, 0)
+				return []int{0}
+			},
+			path: []int{0},
+		},
+		{
 			// Three nodes: node 1 stops at block 12 while the others go
 			// on, three blocks ahead (lagging). Node 0 dies: node 2 is
 			// active, not node 1, which is preferred but behind, and

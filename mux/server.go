@@ -41,6 +41,11 @@ type Server struct {
 	sel  *failover.Selector // guarded by mu: which upstream is active
 	up   *upstreamConn      // guarded by mu: the active connection; nil while none
 	gens uint64             // guarded by mu: connections made active so far
+	// lastActive is the index of the upstream last made active, -1 before
+	// the first: a failover is counted only when another one takes over
+	// (with one upstream, or the same one back after an outage, none is).
+	// Guarded by mu.
+	lastActive int
 	// stopping is set once Run's context is done: the upstreams are then
 	// closing one by one, and none is made active any more. Guarded by mu.
 	stopping bool
@@ -131,6 +136,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
 	s.sel = sel
+	s.lastActive = -1
 	if s.multi() {
 		// Every series from the start, so that rates and alerts see 0.
 		for _, r := range failover.Reasons() {
