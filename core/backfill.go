@@ -53,7 +53,11 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 	}
 	for _, gap := range g.Gaps {
 		c.obs.BackfillGap(gap.Kind, gap.Reason)
-		e.note("subscription gap not closed", "kind", gap.Kind, "reason", gap.Reason)
+		args := []any{"kind", gap.Kind, "reason", gap.Reason, "key", logKey(gap.Key)}
+		if gap.To > 0 {
+			args = append(args, "missed_from", gap.From, "missed_to", gap.To)
+		}
+		e.note("subscription gap not closed", args...)
 	}
 	for _, d := range g.Durations {
 		c.obs.BackfillDuration(d)
@@ -89,4 +93,16 @@ func (c *Core) backfillAnswered(e *Effects, frame []byte, m *router.Message, uid
 		result = m.Result.In(frame)
 	}
 	c.applyGap(e, c.gap.Answer(id, result, now), nil, now)
+}
+
+// maxLoggedKey bounds a subscription key in a log line: a logs filter may
+// name many addresses.
+const maxLoggedKey = 256
+
+// logKey is key as a log line gives it, cut to maxLoggedKey bytes.
+func logKey(key string) string {
+	if len(key) <= maxLoggedKey {
+		return key
+	}
+	return key[:maxLoggedKey] + "…"
 }

@@ -95,7 +95,11 @@ func (m *Machine) walk(k *keyState, now time.Time) {
 			}
 		}
 		if n < j.floor {
-			m.gap(k, "too_long")
+			if k.haveLast && k.last+1 < j.floor {
+				m.gapBlocks(k, "too_long", k.last+1, j.floor-1)
+			} else {
+				m.gap(k, "too_long")
+			}
 			m.deliverChain(k, now)
 			return
 		}

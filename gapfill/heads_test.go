@@ -54,7 +54,7 @@ func TestHeads(t *testing.T) {
 		{name: "reorg to a shorter branch", before: 12, node: forked, head: 10,
 			want: headsOf(forked, 9, 10), wantBF: 1},
 		{name: "gap longer than backfill_blocks: from head-blocks, counted", cfg: Config{Blocks: 4}, before: 10, node: main, head: 30,
-			want: headsOf(main, 26, 30), wantBF: 4, wantGap: []Gap{{"newHeads", "too_long"}}},
+			want: headsOf(main, 26, 30), wantBF: 4, wantGap: []Gap{{Kind: "newHeads", Reason: "too_long"}}},
 		{name: "null for a block not there yet is asked again", before: 10, node: main, head: 16, hook: nullOnce(), ticks: 3,
 			want: headsOf(main, 11, 16), wantBF: 5},
 		{name: "null past NullRetries: delivered what it has, counted", cfg: Config{NullRetries: 2}, before: 10, node: main, head: 16,
@@ -65,7 +65,7 @@ func TestHeads(t *testing.T) {
 				return nil, false, false
 			}, ticks: 5,
 			// 11 continues the delivered chain: it goes ahead of the walk.
-			want: append(headsOf(main, 11, 11), headsOf(main, 13, 16)...), wantBF: 4, wantGap: []Gap{{"newHeads", "unavailable"}}},
+			want: append(headsOf(main, 11, 11), headsOf(main, 13, 16)...), wantBF: 4, wantGap: []Gap{{Kind: "newHeads", Reason: "unavailable"}}},
 		{name: "an error is retried", before: 10, node: main, head: 13, ticks: 2,
 			hook: func() func(Send) ([]byte, bool, bool) {
 				n := 0
@@ -85,7 +85,7 @@ func TestHeads(t *testing.T) {
 				}
 				return nil, false, false
 			},
-			want: headsOf(main, 12, 13), wantBF: 1, wantGap: []Gap{{"newHeads", "failed"}}},
+			want: headsOf(main, 12, 13), wantBF: 1, wantGap: []Gap{{Kind: "newHeads", Reason: "failed"}}},
 		{name: "a block that is no block counts as an error", cfg: Config{Attempts: 1}, before: 10, node: main, head: 12,
 			hook: func(s Send) ([]byte, bool, bool) {
 				if s.Method == "eth_getBlockByNumber" {
@@ -93,7 +93,7 @@ func TestHeads(t *testing.T) {
 				}
 				return nil, false, false
 			},
-			want: headsOf(main, 12, 12), wantGap: []Gap{{"newHeads", "failed"}}},
+			want: headsOf(main, 12, 12), wantGap: []Gap{{Kind: "newHeads", Reason: "failed"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,7 +202,7 @@ func TestHeadsTimeout(t *testing.T) {
 	}
 	want := headsOf(main, 10, 10)
 	want = append(want, headsOf(main, 13, 13)...)
-	if got := h.deliveredHeads(); !slices.Equal(got, want) || !slices.Equal(h.gaps, []Gap{{"newHeads", "timeout"}}) {
+	if got := h.deliveredHeads(); !slices.Equal(got, want) || !slices.Equal(h.gaps, []Gap{{Kind: "newHeads", Reason: "timeout"}}) {
 		t.Fatalf("delivered %v gaps %v", got, h.gaps)
 	}
 	if len(h.m.reqs) != 0 {

@@ -294,7 +294,7 @@ func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 	j := k.job
 	j.fetching = true
 	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
-		m.gap(k, "too_long")
+		m.gapBlocks(k, "too_long", from, floor-1)
 		from = floor
 	}
 	if from <= j.head && j.head-from < ByHashBlocks {

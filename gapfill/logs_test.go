@@ -76,7 +76,7 @@ func TestLogs(t *testing.T) {
 			wantBF: 4 + 8},
 		{name: "nothing missed", before: 10, node: main, head: 10},
 		{name: "gap longer than backfill_blocks", cfg: Config{Blocks: 4}, before: 10, node: main, head: 30,
-			want: logStrings(only(logsOf(main, 26, 30), "0xaa"), false), wantBF: 10, wantGap: []Gap{{"logs", "too_long"}}},
+			want: logStrings(only(logsOf(main, 26, 30), "0xaa"), false), wantBF: 10, wantGap: []Gap{{Kind: "logs", Reason: "too_long"}}},
 		{name: "eth_getLogs failing past Attempts: counted, the rest delivered", cfg: Config{Attempts: 2, LogsChunk: 2}, before: 10, node: main, head: 16,
 			hook: func(s Send) ([]byte, bool, bool) {
 				if s.Method == "eth_getLogs" && string(s.Params) == `[{"address":"0xaa","fromBlock":"0xc","toBlock":"0xd"}]` {
@@ -86,7 +86,7 @@ func TestLogs(t *testing.T) {
 			},
 			want:    append(logStrings(only(logsOf(main, 11, 11), "0xaa"), false), logStrings(only(logsOf(main, 14, 16), "0xaa"), false)...),
 			wantBF:  8,
-			wantGap: []Gap{{"logs", "failed"}}},
+			wantGap: []Gap{{Kind: "logs", Reason: "failed"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -225,10 +225,10 @@ func TestOtherKinds(t *testing.T) {
 		key  string
 		want Gap
 	}{
-		{Config{Blocks: 128}, `["newPendingTransactions"]`, Gap{"newPendingTransactions", "not_backfillable"}},
-		{Config{Blocks: 128}, `["nodeSpecific"]`, Gap{"other", "not_backfillable"}},
-		{Config{}, headsKey, Gap{"newHeads", "disabled"}},
-		{Config{}, logsKey, Gap{"logs", "disabled"}},
+		{Config{Blocks: 128}, `["newPendingTransactions"]`, Gap{Kind: "newPendingTransactions", Reason: "not_backfillable"}},
+		{Config{Blocks: 128}, `["nodeSpecific"]`, Gap{Kind: "other", Reason: "not_backfillable"}},
+		{Config{}, headsKey, Gap{Kind: "newHeads", Reason: "disabled"}},
+		{Config{}, logsKey, Gap{Kind: "logs", Reason: "disabled"}},
 	} {
 		n := &node{}
 		h := newHarness(t, tt.cfg, n)
@@ -347,7 +347,7 @@ func TestLogsStaleAfterJob(t *testing.T) {
 			}
 			// Counted once per log: a stale one cannot be told from a
 			// canonical one the backfill's answers skipped.
-			if want := []Gap{{"logs", "late"}, {"logs", "late"}}; !slices.Equal(h.gaps, want) {
+			if want := []Gap{{Kind: "logs", Reason: "late"}, {Kind: "logs", Reason: "late"}}; !slices.Equal(h.gaps, want) {
 				t.Fatalf("gaps %v, want %v", h.gaps, want)
 			}
 		})
@@ -408,7 +408,7 @@ func TestLogsRangeStraddlesReorg(t *testing.T) {
 			if got := h.deliveredLogs(); !slices.Equal(got, want) {
 				t.Fatalf("delivered\n%v\nwant\n%v", got, want)
 			}
-			if want := []Gap{{"logs", "late"}, {"logs", "late"}}; !slices.Equal(h.gaps, want) {
+			if want := []Gap{{Kind: "logs", Reason: "late"}, {Kind: "logs", Reason: "late"}}; !slices.Equal(h.gaps, want) {
 				t.Fatalf("gaps %v, want %v", h.gaps, want)
 			}
 		})
@@ -511,7 +511,7 @@ func TestLogsHeadJump(t *testing.T) {
 			liveBefore: only(logsOf(main, 11, 13), "0xaa"), wantLogs: hashQ(11, 13), wantByNum: []string{`["0xb",false]`}},
 		{name: "the new head's logs came first: the skipped ones would break the order, counted", head: 13,
 			liveBefore: only(logsOf(main, 13, 13), "0xaa"), wantLogs: hashQ(11, 13), wantByNum: []string{`["0xb",false]`},
-			wantGap: []Gap{{"logs", "late"}}},
+			wantGap: []Gap{{Kind: "logs", Reason: "late"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n := &node{chain: main, head: 10, logs: logsOf(main, 1, 60)}
@@ -575,7 +575,7 @@ func TestLogsByHashWhenFew(t *testing.T) {
 				}
 				return nil, false, false
 			},
-			want: only(logsOf(main, 6, 6), "0xaa"), wantGap: []Gap{{"logs", "failed"}}},
+			want: only(logsOf(main, 6, 6), "0xaa"), wantGap: []Gap{{Kind: "logs", Reason: "failed"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n := &node{chain: main, logs: logsOf(main, 1, 60)}
@@ -656,5 +656,34 @@ func liveHeadsAndLogs(h *harness, chain map[uint64]blk, last uint64) {
 		for _, l := range only(logsOf(chain, b, b), "0xaa") {
 			h.push(logsKey, logJSON(l, false))
 		}
+	}
+}
+
+// TestGapTooLongNamesBlocks: a gap past Blocks says which subscription
+// missed which blocks (for the log line), for newHeads and for logs.
+func TestGapTooLongNamesBlocks(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	cfg := Config{Blocks: 4}
+
+	n := &node{chain: main, head: 10}
+	h := lostAfterLogs(t, cfg, n, 10)
+	n.head = 30
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	// Blocks 11..25 are not fetched: the node's head is 30, and the range
+	// is [30-4, 30].
+	if want := []Gap{{Kind: "logs", Reason: "too_long", Key: logsKey, From: 11, To: 25}}; !slices.Equal(h.fullGaps, want) {
+		t.Errorf("logs: gaps %+v, want %+v", h.fullGaps, want)
+	}
+
+	n = &node{chain: main, head: 10}
+	h = newHarness(t, cfg, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	h.m.Disconnected()
+	n.head = 30
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[30]))
+	if want := []Gap{{Kind: "newHeads", Reason: "too_long", Key: headsKey, From: 11, To: 25}}; !slices.Equal(h.fullGaps, want) {
+		t.Errorf("newHeads: gaps %+v, want %+v", h.fullGaps, want)
 	}
 }

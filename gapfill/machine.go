@@ -105,6 +105,11 @@ type Delivery struct {
 type Gap struct {
 	Kind   string // subscription name: newHeads, logs, newPendingTransactions, …
 	Reason string // too_long, failed, unavailable, timeout, too_many_held, reorg_too_deep, late, not_backfillable, disabled
+	// Key is the subscription key (its eth_subscribe params), for the log.
+	Key string
+	// From and To are the blocks not delivered, when known (too_long);
+	// both 0 otherwise.
+	From, To uint64
 }
 
 // Effects is what the caller must do after an event, in this order: send
@@ -278,7 +283,12 @@ func (m *Machine) deliver(k *keyState, live bool, res []byte) {
 }
 
 func (m *Machine) gap(k *keyState, reason string) {
-	m.eff.Gaps = append(m.eff.Gaps, Gap{Kind: gapKind(k.name), Reason: reason})
+	m.eff.Gaps = append(m.eff.Gaps, Gap{Kind: gapKind(k.name), Reason: reason, Key: k.key})
+}
+
+// gapBlocks is gap for blocks from to to, which k does not get.
+func (m *Machine) gapBlocks(k *keyState, reason string, from, to uint64) {
+	m.eff.Gaps = append(m.eff.Gaps, Gap{Kind: gapKind(k.name), Reason: reason, Key: k.key, From: from, To: to})
 }
 
 // gapKind bounds the kind label: node-specific names count as "other".

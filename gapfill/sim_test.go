@@ -161,18 +161,19 @@ func (n *node) answer(s Send) (res []byte, drop bool) {
 
 // harness drives a Machine against a node, as the wiring in mux does.
 type harness struct {
-	t       *testing.T
-	m       *Machine
-	n       *node
-	now     time.Time
-	out     [][]byte // delivered results, in order (live ones resolved)
-	outKeys []string // the key of each of out
-	unans   []Send   // requests the node left unanswered
-	heads   int
-	logs    int
-	gaps    []Gap
-	durs    int
-	pending []Send
+	t        *testing.T
+	m        *Machine
+	n        *node
+	now      time.Time
+	out      [][]byte // delivered results, in order (live ones resolved)
+	outKeys  []string // the key of each of out
+	unans    []Send   // requests the node left unanswered
+	heads    int
+	logs     int
+	gaps     []Gap
+	fullGaps []Gap
+	durs     int
+	pending  []Send
 }
 
 func newHarness(t *testing.T, cfg Config, n *node) *harness {
@@ -212,7 +213,11 @@ func (h *harness) collect(e Effects, live []byte) {
 	}
 	h.heads += e.HeadsBackfilled
 	h.logs += e.LogsBackfilled
-	h.gaps = append(h.gaps, e.Gaps...)
+	for _, g := range e.Gaps {
+		// Compared by kind and reason; the whole Gap is in fullGaps.
+		h.gaps = append(h.gaps, Gap{Kind: g.Kind, Reason: g.Reason})
+		h.fullGaps = append(h.fullGaps, g)
+	}
 	h.durs += len(e.Durations)
 }
 
