@@ -45,6 +45,21 @@ func (c *Core) UpstreamFrame(e *Effects, gen uint64, frame []byte, f router.Fram
 	}
 }
 
+// AnsweredBy returns the upstream ids that an answer from connection gen
+// carrying upstream id uid answers, for an answer the shell could not read
+// whole (one past its read limit, which it answers with an error in the
+// node's place): when uid is a call of a client batch's upstream array, the
+// calls of that array still in flight, with array true (a node answers an
+// array with one array, which any of them may come first in); else uid.
+func (c *Core) AnsweredBy(gen, uid uint64, dst []uint64) (uids []uint64, array bool) {
+	if p, ok := c.reqs.Peek(uid); ok && p.Up != nil && (gen == c.gen || c.drain.answers(gen, uid)) {
+		if uids = p.Up.InFlight(dst); len(uids) > 0 {
+			return uids, true
+		}
+	}
+	return append(dst, uid), false
+}
+
 // response is layer 1: the upstream id names the pending request; the
 // client's own id goes back in its place. An answer to a single request is
 // delivered as it lies in frame, with the splice left to the shell;

@@ -1,6 +1,7 @@
 package mux
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -157,10 +158,13 @@ func (p *framePool) put(b []byte) {
 // It grows to the size of the large messages read lately, or doubles past
 // it; the old buffer is let go (pooling every step of a doubling would
 // hold as much again).
-func (p *framePool) grow(b []byte, need int) []byte {
+func (p *framePool) grow(b []byte, need, most int) []byte {
 	p.mu.Lock()
 	want := max(p.large+frameHeadroom, 2*cap(b), len(b)+need)
 	p.mu.Unlock()
+	if most > 0 {
+		want = max(min(want, most), len(b)+need)
+	}
 	nb := make([]byte, len(b), want)
 	copy(nb, b)
 	return nb
@@ -212,23 +216,68 @@ func (p *framePool) trim() {
 
 // readFrame reads r to its end into b after frameHeadroom bytes, growing b
 // through the pool, and returns b holding the headroom and the message.
-func (p *framePool) readFrame(b []byte, r io.Reader) ([]byte, error) {
+//
+// A message longer than limit (> 0) is too large: b keeps its first
+// limit+1 bytes (enough to find whom it answers), the rest is read and
+// thrown away so that the connection goes on, and tooLarge is set. One
+// longer than discardFactor × limit is not read to its end: that is an
+// error (a node streaming without end).
+func (p *framePool) readFrame(b []byte, r io.Reader, limit int64) (_ []byte, tooLarge bool, err error) {
 	if cap(b) < frameHeadroom+512 {
 		b = p.get() // at least minFrameBuf
 	}
 	b = b[:frameHeadroom]
+	most := 0 // the largest buffer the message may take
+	if limit > 0 {
+		most = frameHeadroom + int(limit) + 1
+	}
 	for {
-		if len(b) == cap(b) {
-			b = p.grow(b, 1)
+		if most > 0 && len(b) == most {
+			return b, true, p.discard(r, discardFactor*limit)
 		}
-		n, err := r.Read(b[len(b):cap(b)])
+		if len(b) == cap(b) {
+			b = p.grow(b, 1, most)
+		}
+		room := b[len(b):cap(b)]
+		if most > 0 && len(b)+len(room) > most {
+			room = room[:most-len(b)]
+		}
+		n, err := r.Read(room)
 		b = b[:len(b)+n]
 		if err == io.EOF {
 			p.saw(len(b))
-			return b, nil
+			return b, false, nil
 		}
 		if err != nil {
-			return b, fmt.Errorf("read message: %w", err)
+			return b, false, fmt.Errorf("read message: %w", err)
+		}
+	}
+}
+
+// ErrUpstreamMessageTooLarge is what ends an upstream connection whose
+// message runs past discardFactor × the read limit.
+var ErrUpstreamMessageTooLarge = errors.New("upstream message too large")
+
+// discardFactor bounds how much of a too-large message is read to keep the
+// connection: this many times the read limit.
+const discardFactor = 4
+
+// discard reads r to its end, at most most bytes, through a pooled buffer.
+func (p *framePool) discard(r io.Reader, most int64) error {
+	buf := p.get()
+	defer p.put(buf)
+	buf = buf[:cap(buf)]
+	for read := int64(0); ; {
+		n, err := r.Read(buf)
+		read += int64(n)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read message past the read limit: %w", err)
+		}
+		if read > most {
+			return fmt.Errorf("message past %d bytes, %d × the read limit: %w", most, discardFactor, ErrUpstreamMessageTooLarge)
 		}
 	}
 }

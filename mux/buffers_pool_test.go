@@ -2,6 +2,7 @@ package mux
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -77,7 +78,7 @@ func TestFramePoolGrowsInOneStep(t *testing.T) {
 	var p framePool
 	msg := bytes.Repeat([]byte("0123456789abcdef"), (10<<20)/16)
 	r := &countingReader{r: bytes.NewReader(msg)}
-	b, err := p.readFrame(nil, r)
+	b, _, err := p.readFrame(nil, r, 0)
 	if err != nil || !bytes.Equal(b[frameHeadroom:], msg) {
 		t.Fatalf("readFrame: %v, %d bytes", err, len(b))
 	}
@@ -86,7 +87,7 @@ func TestFramePoolGrowsInOneStep(t *testing.T) {
 	p.get() // the pool is empty again, the estimate stays
 	reads := 0
 	r = &countingReader{r: bytes.NewReader(msg), onRead: func(int) { reads++ }}
-	b, err = p.readFrame(make([]byte, 0, minFrameBuf), r)
+	b, _, err = p.readFrame(make([]byte, 0, minFrameBuf), r, 0)
 	if err != nil || !bytes.Equal(b[frameHeadroom:], msg) {
 		t.Fatalf("readFrame: %v, %d bytes", err, len(b))
 	}
@@ -158,4 +159,39 @@ func (p *framePool) held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.bytes
+}
+
+// TestReadFrameLimit: a message up to the limit is read whole; past it, the
+// first limit+1 bytes are kept and the rest read and thrown away (tooLarge),
+// in a buffer no larger than the limit needs; past discardFactor × the
+// limit, reading stops with ErrUpstreamMessageTooLarge.
+func TestReadFrameLimit(t *testing.T) {
+	const limit = 3<<20 + 5
+	tests := []struct {
+		size     int
+		tooLarge bool
+		err      error
+	}{
+		{limit - 1, false, nil},
+		{limit, false, nil},
+		{limit + 1, true, nil},
+		{2 * limit, true, nil},
+		{discardFactor*limit + limit + 1, true, nil}, // limit+1 kept, the rest exactly discardFactor × limit
+		{discardFactor*limit + limit + 2, true, ErrUpstreamMessageTooLarge},
+	}
+	for _, tt := range tests {
+		var p framePool
+		msg := bytes.Repeat([]byte("0123456789abcdef"), tt.size/16+1)[:tt.size]
+		b, tooLarge, err := p.readFrame(nil, &countingReader{r: bytes.NewReader(msg)}, limit)
+		if tooLarge != tt.tooLarge || !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+			t.Fatalf("%d bytes: tooLarge %v, err %v; want %v, %v", tt.size, tooLarge, err, tt.tooLarge, tt.err)
+		}
+		kept := min(tt.size, limit+1)
+		if !bytes.Equal(b[frameHeadroom:], msg[:kept]) {
+			t.Fatalf("%d bytes: kept %d bytes, want the first %d", tt.size, len(b)-frameHeadroom, kept)
+		}
+		if cap(b) > frameHeadroom+limit+1 {
+			t.Errorf("%d bytes: buffer of %d for a limit of %d", tt.size, cap(b), limit)
+		}
+	}
 }

@@ -71,7 +71,10 @@ type Config struct {
 	UpstreamHeader http.Header
 	// Dial replaces the dialer built from Upstream; tests inject one.
 	Dial reconnect.DialFunc
-	// UpstreamReadLimit is the largest message accepted from the node.
+	// UpstreamReadLimit is the largest message accepted from the node
+	// (0: reconnect.DefaultReadLimit). A larger one is read and thrown
+	// away, and the requests it answered get -32005 (response too large);
+	// the connection goes on.
 	UpstreamReadLimit int64
 	// PingInterval and PingTimeout drive upstream keepalive.
 	PingInterval, PingTimeout time.Duration
@@ -200,6 +203,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DenyMethods == nil {
 		c.DenyMethods = DefaultDenyMethods
+	}
+	if c.UpstreamReadLimit <= 0 {
+		c.UpstreamReadLimit = reconnect.DefaultReadLimit
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch

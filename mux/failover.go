@@ -73,7 +73,10 @@ func newNodes(cfg Config, unreachable func(*upstreamNode)) []*upstreamNode {
 		n := &upstreamNode{index: i, label: strconv.Itoa(i + 1), host: reconnect.Redact(up.URL)}
 		dial := up.Dial
 		if dial == nil {
-			dial = reconnect.WebSocketDialer(up.URL, up.Header, cfg.UpstreamReadLimit)
+			// No limit in coder/websocket, whose limit ends the connection:
+			// the reader keeps at most cfg.UpstreamReadLimit of a message and
+			// answers the rest with an error (framePool.readFrame, tooLarge).
+			dial = reconnect.WebSocketDialer(up.URL, up.Header, -1)
 		}
 		n.sup = reconnect.New(reconnect.Config{
 			Dial:         dial,

@@ -574,6 +574,11 @@ func TestFailoverScenarios(t *testing.T) {
 			name: "active back after an outage, standby dead",
 			run: func(t *testing.T, f *failNet, c clients) []int {
 				f.kill(1)
+				eventually(t, "node 1 seen lost", func() bool {
+					f.srv.mu.Lock()
+					defer f.srv.mu.Unlock()
+					return f.srv.sel.Status(1, time.Now()).Why == failover.WhyDisconnected
+				})
 				f.drop(0)
 				f.nodes[0].Conn(t, 2)
 				waitActive(t, f.srv, 0)

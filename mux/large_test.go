@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/muxd/muxd/internal/testnode"
 )
 
 // largeResult is a JSON string result that makes the upstream frame
@@ -133,20 +135,89 @@ func TestLargeAnswerHTTP(t *testing.T) {
 	}
 }
 
-// TestLargeAnswerPastReadLimit: a message one byte past the upstream read
-// limit ends the connection; the request in flight fails (eth_large is not
-// retried) and the next connection serves.
+// TestLargeAnswerPastReadLimit: an answer one byte past the upstream read
+// limit costs only its own request: it gets -32005 (response too large),
+// a bystander's request in flight meanwhile gets its answer, the
+// connection goes on (one, never redialled), and an answer at the limit
+// passes on it. An array answer past the limit gives every call of that
+// client batch the error; one whose id is not in its first bytes leaves its
+// request to the deadline.
 func TestLargeAnswerPastReadLimit(t *testing.T) {
 	t.Parallel()
 	const readLimit = 1<<20 + 7
-	h, lh := newLargeHarness(t, 2, func(c *Config) { c.UpstreamReadLimit = readLimit })
+	h, lh := newLargeHarness(t, 4, func(c *Config) {
+		c.UpstreamReadLimit = readLimit
+		c.RequestTimeout = 2 * time.Second
+	})
+	large := func(id string, n int) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"eth_large","params":[` + strconv.Itoa(n) + `]}`
+	}
+	holder := testnode.NewHolder("eth_blockNumber")
+	h.fake.SetHandler(func(fc *fakeConn, r fakeReq) {
+		if r.Method == "eth_blockNumber" {
+			holder.Handle(fc, r)
+			return
+		}
+		lh.handle(fc, r)
+	})
 	c := h.dial(t)
-	wantError(t, parseResp(t, c.call(`{"jsonrpc":"2.0","id":1,"method":"eth_large","params":[`+strconv.Itoa(readLimit+1)+`]}`)), `1`, -32002, "upstream unavailable")
-	h.waitUp(t, true)
-	got := parseResp(t, c.call(`{"jsonrpc":"2.0","id":2,"method":"eth_large","params":[`+strconv.Itoa(readLimit)+`]}`))
+	by := h.dial(t)
+	by.send(`{"jsonrpc":"2.0","id":"by","method":"eth_blockNumber","params":[]}`)
+	held := holder.TakeN(t, 1)
+	got := parseResp(t, c.call(large(`1`, readLimit+1)))
 	<-lh.results
+	wantError(t, got, `1`, -32005, "limit exceeded")
+	if got.reason() != "response too large" {
+		t.Errorf("past the limit: %s, want reason response too large", got.Raw)
+	}
+	held[0].Conn.Answer(held[0].Req) // on the same connection, after the message thrown away
+	if r := parseResp(t, by.recv()); r.Error != nil {
+		t.Errorf("bystander: %s, want its answer", r.Raw)
+	}
+	got = parseResp(t, c.call(large(`2`, readLimit)))
 	if res := <-lh.results; string(got.Result) != res {
 		t.Errorf("answer at the limit: %d bytes of result, want %d", len(got.Result), len(res))
+	}
+
+	// The node answers a client batch's array with one array past the
+	// limit: both calls get the error, in one array.
+	h.fake.SetArrayHandler(func(fc *fakeConn, reqs []fakeReq) {
+		var answers [][]byte
+		for _, r := range reqs {
+			answers = append(answers, resultFrame(r.ID, largeResult(r.ID, readLimit/2+100)))
+		}
+		fc.Send(arrayFrame(answers))
+	})
+	arr := c.call(`[` + large(`"a"`, 10) + `,` + large(`"b"`, 10) + `]`)
+	var elems []json.RawMessage
+	if err := json.Unmarshal(arr, &elems); err != nil || len(elems) != 2 {
+		t.Fatalf("batch answer %.200s: %v", arr, err)
+	}
+	for i, id := range []string{`"a"`, `"b"`} {
+		r := parseResp(t, elems[i])
+		wantError(t, r, id, -32005, "limit exceeded")
+	}
+
+	// An answer whose id comes after its (too large) result cannot be
+	// attributed: its request gets -32002 at its deadline, the connection
+	// still goes on.
+	h.fake.SetArrayHandler(nil)
+	h.fake.SetHandler(func(fc *fakeConn, r fakeReq) {
+		if r.Method != "eth_large" {
+			fc.Answer(r)
+			return
+		}
+		fc.Send([]byte(`{"jsonrpc":"2.0","result":` + largeResult(r.ID, readLimit+10) + `,"id":` + string(r.ID) + `}`))
+	})
+	wantError(t, parseResp(t, c.call(large(`3`, 0))), `3`, -32002, "request timed out")
+	if r := parseResp(t, c.call(`{"jsonrpc":"2.0","id":4,"method":"eth_chainId","params":[]}`)); r.Error != nil {
+		t.Errorf("after an unattributed message: %s", r.Raw)
+	}
+	if n := h.fake.NumConns(); n != 1 {
+		t.Errorf("upstream connections %d, want 1", n)
+	}
+	if got := counterValue(h.srv.metrics.LimitHits.WithLabelValues("upstream_read")); got != 3 {
+		t.Errorf("limit hits upstream_read %v, want 3", got)
 	}
 }
 

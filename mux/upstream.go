@@ -103,16 +103,25 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 	// Each frame is read into buf after frameHeadroom bytes (see
 	// framePool). route copies what it keeps, except a large answer that
 	// it lends to its client whole: buf is then the client's, and the
-	// next frame takes another from the pool. The size limit is the
-	// connection's read limit (reconnect.WebSocketDialer).
+	// next frame takes another from the pool. A message past the read
+	// limit is kept only up to it and answered by tooLarge.
 	var buf []byte
 	for {
 		_, r, err := u.Reader(context.Background())
+		tooLarge := false
 		if err == nil {
-			buf, err = s.frames.readFrame(buf, r)
+			buf, tooLarge, err = s.frames.readFrame(buf, r, s.cfg.UpstreamReadLimit)
 		}
 		if err != nil {
 			return fmt.Errorf("read upstream: %w", err)
+		}
+		if tooLarge {
+			s.tooLarge(u, buf[frameHeadroom:])
+			if cap(buf) > maxKeptUpstreamBuf {
+				s.frames.put(buf)
+				buf = nil
+			}
+			continue
 		}
 		s.metrics.UpstreamFramesIn.Inc()
 		switch {
@@ -177,6 +186,52 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 		return true
 	}
 	return s.apply(u.eff, cur, buf)
+}
+
+// errResponseTooLarge is what a request gets when the node's answer to it
+// is past upstream_read_limit.
+var errResponseTooLarge = router.ErrorLimit.Because("response too large")
+
+// tooLarge handles a message from u past the upstream read limit, of which
+// head is what was kept (the rest was read and thrown away): the requests
+// it answered each get errResponseTooLarge, routed as if the node had
+// answered them so, and the connection goes on. Whom it answered comes
+// from its id (router.TruncatedResponseID): a call, or every call of the
+// client batch's upstream array in flight when the id is one of them. A
+// message whose id is not in head is counted and logged; its requests get
+// -32002 at their deadline.
+func (s *Server) tooLarge(u *upstreamConn, head []byte) {
+	s.metrics.limit("upstream_read")
+	span, _, ok := router.TruncatedResponseID(head)
+	var uid uint64
+	if ok {
+		uid, ok = router.ParseUpstreamID(span.In(head))
+	}
+	if !ok {
+		s.log.Warn("upstream message past upstream_read_limit thrown away, with no id in its first bytes (a push, or an answer whose id follows its result: that request gets -32002 at its deadline)",
+			"limit", s.cfg.UpstreamReadLimit)
+		return
+	}
+	s.mu.Lock()
+	uids, array := s.core.AnsweredBy(u.gen, uid, nil)
+	s.mu.Unlock()
+	s.log.Warn("upstream answer past upstream_read_limit thrown away; its requests get -32005",
+		"limit", s.cfg.UpstreamReadLimit, "requests", len(uids))
+	frame := make([]byte, frameHeadroom, frameHeadroom+64*len(uids)+2)
+	if array {
+		frame = append(frame, '[')
+	}
+	var idBuf [20]byte
+	for i, id := range uids {
+		if i > 0 {
+			frame = append(frame, ',')
+		}
+		frame = router.AppendErrorResponse(frame, router.AppendUpstreamID(idBuf[:0], id), errResponseTooLarge)
+	}
+	if array {
+		frame = append(frame, ']')
+	}
+	s.route(u, frame)
 }
 
 // scanLarge routes an answer larger than inlineSpliceMax by its head, so

@@ -36,7 +36,9 @@ type DialFunc func(ctx context.Context) (*websocket.Conn, error)
 
 // WebSocketDialer returns a DialFunc that dials rawURL (ws:// or wss://) sending the
 // extra HTTP headers in header (for example Authorization), and sets the connection's
-// read limit to readLimit bytes (readLimit <= 0 means [DefaultReadLimit]).
+// read limit to readLimit bytes (0 means [DefaultReadLimit]; < 0 none, for a caller
+// that bounds what it keeps of each message itself, as muxd's upstream reader does so
+// that one message too large does not cost the connection).
 //
 // header is copied; later changes to it have no effect. Headers are never logged.
 // Dial errors read "dial upstream <Redact(rawURL)>: <cause>", where the cause's text
@@ -57,8 +59,11 @@ func WebSocketDialer(rawURL string, header http.Header, readLimit int64) DialFun
 
 // webSocketDialer is WebSocketDialer opening its sockets with dialNet.
 func webSocketDialer(rawURL string, header http.Header, readLimit int64, dialNet func(ctx context.Context, network, addr string) (net.Conn, error)) DialFunc {
-	if readLimit <= 0 {
+	switch {
+	case readLimit == 0:
 		readLimit = DefaultReadLimit
+	case readLimit < 0:
+		readLimit = -1 // coder/websocket: no limit
 	}
 	opts := &websocket.DialOptions{HTTPHeader: header.Clone(), HTTPClient: coalescingClient(dialNet)}
 	prefix := "dial upstream " + Redact(rawURL) + ": "

@@ -52,6 +52,7 @@ func TestWebSocketDialerReadLimit(t *testing.T) {
 	}{
 		{"2MiB", 2 << 20, false},
 		{"default", 0, false},
+		{"none", -1, false},
 		{"512KiB", 512 << 10, true},
 	}
 	for _, tt := range tests {

@@ -61,3 +61,44 @@ func ScanResponseHead(frame []byte) (m Message, ok bool) {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// TruncatedResponseID finds the id of a response from the first bytes of a
+// message too large to keep (the rest discarded unread): the id member of
+// the object the message starts with, or of the first element when it is an
+// array (inArray). It reads members in order up to the id, so ok is false
+// when the id comes after a result or an error (whose value may run past
+// head), when a member before it does not end within head, or when head
+// does not start like a response at all.
+func TruncatedResponseID(head []byte) (id Span, inArray, ok bool) {
+	b := head
+	i := skipSpace(b, 0)
+	if i < len(b) && b[i] == '[' {
+		inArray = true
+		i = skipSpace(b, i+1)
+	}
+	if i >= len(b) || b[i] != '{' {
+		return Span{}, false, false
+	}
+	it := objectMembers(b, i)
+	for {
+		key, more, err := it.next()
+		if err != nil || !more {
+			return Span{}, false, false
+		}
+		switch memberOf(key) {
+		case memID:
+			end, err := skipValue(b, it.i, 1)
+			// A number that ends where head ends may have been cut: the
+			// id is whole only when what follows it is in head.
+			if j := skipSpace(b, end); err != nil || j >= len(b) || (b[j] != ',' && b[j] != '}') {
+				return Span{}, false, false
+			}
+			return Span{it.i, end - it.i}, inArray, true
+		case memResult, memError:
+			return Span{}, false, false
+		}
+		if it.i, err = skipValue(b, it.i, 1); err != nil {
+			return Span{}, false, false
+		}
+	}
+}

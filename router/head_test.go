@@ -108,3 +108,65 @@ func FuzzScanResponseHead(f *testing.F) {
 		}
 	})
 }
+
+func TestTruncatedResponseID(t *testing.T) {
+	tests := []struct {
+		name    string
+		head    string
+		ok      bool
+		id      string
+		inArray bool
+	}{
+		{"geth layout, cut in the result", `{"jsonrpc":"2.0","id":5,"result":"0xab`, true, `5`, false},
+		{"array, cut in the first element", `[{"jsonrpc":"2.0","id":7,"result":[1,2`, true, `7`, true},
+		{"spaces", " \n[ \t{ \"id\" : 12 , \"result\"", true, `12`, true},
+		{"string id", `{"jsonrpc":"2.0","id":"a\"b","result":{`, true, `"a\"b"`, false},
+		{"cut in the id", `{"jsonrpc":"2.0","id":"abc`, false, ``, false},
+		{"cut in the number id", `{"jsonrpc":"2.0","id":12`, false, ``, false},
+		{"result before the id", `{"jsonrpc":"2.0","result":"0x1","id":3}`, false, ``, false},
+		{"error before the id", `{"error":{"code":1},"id":3}`, false, ``, false},
+		{"no id: a push", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{`, false, ``, false},
+		{"escaped id name", `{"\u0069d":4,"result":1`, false, ``, false},
+		{"not an object", `"x"`, false, ``, false},
+		{"empty", ``, false, ``, false},
+		{"nested array", `[[{"id":1}]]`, false, ``, false},
+		{"cut in a member before the id", `{"jsonrpc":"2.`, false, ``, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, inArray, ok := TruncatedResponseID([]byte(tt.head))
+			if ok != tt.ok || (ok && (string(id.In([]byte(tt.head))) != tt.id || inArray != tt.inArray)) {
+				t.Fatalf("TruncatedResponseID(%q) = %q, array %v, ok %v; want %q, %v, %v", tt.head, id.In([]byte(tt.head)), inArray, ok, tt.id, tt.inArray, tt.ok)
+			}
+		})
+	}
+}
+
+// FuzzTruncatedResponseID: on any bytes, an id found is a whole JSON value
+// within them, and it is the id a full scan finds in every longer prefix of
+// a complete response that has it.
+func FuzzTruncatedResponseID(f *testing.F) {
+	addSeeds(f)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":5,"result":"0xab`))
+	f.Add([]byte(`[{"jsonrpc":"2.0","id":"x","result":[1,2`))
+	f.Add([]byte(`{"result":1,"id":2}`))
+	f.Fuzz(func(t *testing.T, head []byte) {
+		id, _, ok := TruncatedResponseID(head)
+		if !ok {
+			return
+		}
+		if id.Off < 0 || id.Len <= 0 || id.Off+id.Len > len(head) {
+			t.Fatalf("%q: id span %+v outside the input", head, id)
+		}
+		if end, err := skipValue(head, id.Off, 1); err != nil || end != id.Off+id.Len {
+			t.Fatalf("%q: id %q is not one JSON value", head, id.In(head))
+		}
+		fr, err := ScanUpstream(head, nil)
+		if err != nil || fr.Batch || len(fr.Messages) != 1 || !fr.Messages[0].HasID() {
+			return
+		}
+		if full := fr.Messages[0].ID; full != id {
+			t.Fatalf("%q: truncated scan found id %+v, full scan %+v", head, id, full)
+		}
+	})
+}
