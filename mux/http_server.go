@@ -57,7 +57,12 @@ func (h *HTTPServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !isUpgrade(r) {
 		rc := http.NewResponseController(w)
 		rc.SetReadDeadline(h.conns.readDeadline(h.srv.cfg.HTTPReadTimeout))
-		if r.Body != nil && r.Body != http.NoBody {
+		// A body announced past the limit is refused unread, and its
+		// connection closed: left as net/http's own body, net/http sees
+		// that much left unread, answers at once and waits for the client
+		// to read the 413 before closing (a close at once would reset a
+		// client still sending, which would never see the 413).
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength <= h.srv.cfg.MaxHTTPBodyBytes {
 			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, lim: h.conns}
 		}
 	}

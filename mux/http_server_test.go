@@ -447,3 +447,53 @@ func TestHTTPShutdownCutsUnfinishedRequests(t *testing.T) {
 		t.Fatal("Shutdown did not return")
 	}
 }
+
+// TestHTTPTooLargeBodyAnswered: a client that sends a body past
+// max_http_body_bytes while muxd answers gets the 413 every time, whether
+// the body's length is announced (refused before reading) or not (refused
+// at the limit), instead of a connection reset that it would take for a
+// network failure (as Node's fetch did).
+func TestHTTPTooLargeBodyAnswered(t *testing.T) {
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.MaxHTTPBodyBytes = 64 << 10 }})
+	_, addr := serveListenForTest(t, h)
+	body := `{"jsonrpc":"2.0","id":1,"method":"web3_sha3","params":["0x` + strings.Repeat("ab", 1<<20) + `"]}`
+	for _, chunked := range []bool{false, true} {
+		for i := range 10 {
+			var r io.Reader = strings.NewReader(body)
+			if chunked {
+				r = io.MultiReader(r) // no length: sent chunked
+			}
+			resp, err := http.Post("http://"+addr, "application/json", r)
+			if err != nil {
+				t.Fatalf("chunked %v, try %d: %v", chunked, i, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Fatalf("chunked %v, try %d: status %d, want 413", chunked, i, resp.StatusCode)
+			}
+		}
+	}
+}
+
+// TestHTTPAnnouncedTooLargeRefusedAtOnce: a body announced past the limit
+// that never comes is refused at once, not once the body's read deadline
+// has passed.
+func TestHTTPAnnouncedTooLargeRefusedAtOnce(t *testing.T) {
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) {
+		c.MaxHTTPBodyBytes = 1024
+		c.HTTPReadTimeout = time.Hour // a refusal that waited for it would fail the test's guard
+	}})
+	_, addr := serveListenForTest(t, h)
+	conn := dialTCP(t, addr)
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) // a guard against a hang
+	io.WriteString(conn, "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 99999999999\r\n\r\n{")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no response: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", resp.StatusCode)
+	}
+}

@@ -46,11 +46,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > s.cfg.MaxHTTPBodyBytes {
-		// Refused before reading, as geth does: a client that announces
-		// more than the limit does not get to hold the connection while
-		// it sends it (or does not).
+		// Refused before reading, as geth does. No "Connection: close"
+		// of our own: net/http then reads at most 256 KiB of the body
+		// (within the body's deadline), closes the connection after the
+		// answer, and waits for the client to read it before the close
+		// resets anything it is still sending. A close at once with the
+		// body unread resets the connection, and a client still writing
+		// (Node's fetch) never sees its 413.
 		s.metrics.limit("http_body")
-		w.Header().Set("Connection", "close")
 		http.Error(w, "content length too large", http.StatusRequestEntityTooLarge)
 		return
 	}
@@ -83,6 +86,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.removeClient(c)
 	if !s.dispatch(c, body) {
+		// Notifications only: an empty 200, typed as geth types it.
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		return
 	}
