@@ -161,8 +161,9 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	// What a request costs to hold is its upstream frame (the element
 	// with a longer id, and the client's id after it). A client holding
 	// nothing may always send one request, whatever its size: the
-	// message limit bounds that.
-	if size := len(elem) + len(id) + 20; cl.held > 0 && cl.held+size > c.cfg.MaxHeldBytes {
+	// message limit bounds that. An eth_unsubscribe always passes: it
+	// gives back what a subscription holds.
+	if size := len(elem) + len(id) + 20; cl.held > 0 && cl.held+size > c.cfg.MaxHeldBytes && method != methodUnsubscribe {
 		c.obs.Limit("held_bytes")
 		return c.errorBytes(id, router.ErrorLimit.Because("too many request bytes in flight"))
 	}

@@ -78,7 +78,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 // appends the requests to dst, to be answered by the caller.
 func (c *Core) expireWaiters(now time.Time, dst []router.Pending) []router.Pending {
 	for _, mem := range c.subs.expireWaiters(now, nil) {
-		delete(mem.cl.subs, mem.id)
+		c.dropSub(mem.cl, mem)
 		c.ended(mem.cl, 0)
 		dst = append(dst, *mem.req)
 	}

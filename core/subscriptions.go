@@ -33,8 +33,19 @@ func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message
 		c.obs.Limit("subscriptions")
 		return c.errorBytes(p.ID, router.ErrorLimit.Because("too many subscriptions"))
 	}
+	// A subscription holds its params for as long as it lives: they count
+	// against max_held_bytes like a request's frame, so that a client
+	// cannot make muxd hold more through subscriptions than through
+	// requests (the first thing a client holds always passes).
+	size := len(key) + len(params)
+	if cl.held > 0 && cl.held+size > c.cfg.MaxHeldBytes {
+		c.obs.Limit("held_bytes")
+		return c.errorBytes(p.ID, router.ErrorLimit.Because("too many request bytes in flight"))
+	}
 	subID := c.cfg.NewSubscriptionID()
 	mem := c.subs.attach(key, append([]byte(nil), params...), cl, subID)
+	mem.keyBytes = size
+	cl.held += size
 	if cl.subs == nil {
 		cl.subs = make(map[string]*member)
 	}
@@ -131,7 +142,7 @@ func (c *Core) subscribeAnswered(e *Effects, frame []byte, m *router.Message, ui
 	elem := frame[m.Start:m.End]
 	code := responseCode(frame, m)
 	for _, mem := range waiters {
-		delete(mem.cl.subs, mem.id)
+		c.dropSub(mem.cl, mem)
 		resp := router.AppendSpliced(nil, elem, rebase(m.ID, m.Start), mem.req.ID)
 		c.answer(e, mem.cl, mem.req, Delivery{Msg: resp}, code, now)
 		c.ended(mem.cl, 0)
@@ -192,10 +203,20 @@ func (c *Core) unsubscribe(e *Effects, cl *client, frame []byte, m *router.Messa
 	return router.AppendResultResponse(nil, p.ID, []byte(result))
 }
 
+// dropSub forgets mem as one of cl's subscriptions, and the bytes it held.
+func (c *Core) dropSub(cl *client, mem *member) {
+	if cl.subs[mem.id] == mem {
+		delete(cl.subs, mem.id)
+		cl.held -= mem.keyBytes
+	}
+}
+
 // detach removes one of cl's subscriptions, unsubscribing upstream when it
 // was the key's last.
 func (c *Core) detach(e *Effects, cl *client, subID string, now time.Time) {
-	delete(cl.subs, subID)
+	if mem := cl.subs[subID]; mem != nil {
+		c.dropSub(cl, mem)
+	}
 	mem, last, unsub := c.subs.detach(subID)
 	if mem != nil && last {
 		c.gap.Forget(mem.sh.key)

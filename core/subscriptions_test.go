@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -366,4 +367,41 @@ func TestSubscriptions(t *testing.T) {
 			{do: "up", in: push(`"0xaa"`, "1"), want: []string{`c1< ` + push(`"0xs1"`, "1")}},
 		}},
 	})
+}
+
+// TestSubscriptionParamsHeld: a subscription holds its params against
+// max_held_bytes for as long as it lives, so a client cannot make muxd hold
+// more through subscriptions (a logs filter padded with members the node
+// ignores) than through requests. The first passes whatever its size; one
+// that would take the client past the bound gets -32005; an unsubscribe
+// gives the bytes back.
+func TestSubscriptionParamsHeld(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxHeldBytes = 1000 })
+	h.join(false)
+	h.connect()
+	fat := func(id, addr string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"eth_subscribe","params":["logs",{"address":"` + addr + `","junk":"` + strings.Repeat("j", 600) + `"}]}`
+	}
+	has := func(out []string, s string) bool {
+		return slices.ContainsFunc(out, func(l string) bool { return strings.Contains(l, s) })
+	}
+	if out := h.clientFrame(1, fat("1", "0xa1")); !has(out, "up> ") {
+		t.Fatalf("first subscription: %v, want it sent upstream", out)
+	}
+	h.upstreamFrame(0, res("1", `"0xaa"`), false)
+	if held := h.c.Held(1); held < 1200 {
+		t.Fatalf("held %d after a subscription with 600 bytes of params, want its params and key", held)
+	}
+	if out := h.clientFrame(1, fat("2", "0xa2")); !has(out, "-32005") || !has(out, "too many request bytes in flight") || has(out, "up> ") {
+		t.Fatalf("second subscription: %v, want -32005 too many request bytes in flight", out)
+	}
+	if out := h.clientFrame(1, `{"jsonrpc":"2.0","id":3,"method":"eth_unsubscribe","params":["0xs1"]}`); !has(out, `"result":true`) {
+		t.Fatalf("unsubscribe: %v", out)
+	}
+	if held := h.c.Held(1); held != 0 {
+		t.Fatalf("held %d after the unsubscribe, want 0", held)
+	}
+	if out := h.clientFrame(1, fat("4", "0xa3")); !has(out, "up> ") {
+		t.Fatalf("subscription after the unsubscribe: %v, want it sent upstream", out)
+	}
 }

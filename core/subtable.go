@@ -69,6 +69,9 @@ type member struct {
 	// still awaited; they go right after the answer, as geth sends them.
 	held      [][]byte
 	heldBytes int
+	// keyBytes is what the subscription holds of its params (its copy and
+	// its key), counted in its client's held bytes while it lives.
+	keyBytes int
 	// req is the client's eth_subscribe while it waits for the node's
 	// answer; nil otherwise.
 	req *router.Pending

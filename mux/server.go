@@ -350,7 +350,7 @@ func (s *Server) tableGauges() []prometheus.Collector {
 			Name: "muxd_requests_waiting", Help: "Requests waiting for an upstream connection (none is up, or they are retried on the next).",
 		}, stat(func(st core.Stats) int { return st.Waiting })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "muxd_request_bytes_held", Help: "Bytes of clients' requests muxd holds, in flight upstream or waiting (bounded per client by max_held_bytes).",
+			Name: "muxd_request_bytes_held", Help: "Bytes of clients' requests muxd holds, in flight upstream or waiting, and of their subscriptions' params (bounded per client by max_held_bytes).",
 		}, stat(func(st core.Stats) int { return st.HeldBytes })),
 	}
 }
