@@ -319,9 +319,9 @@ func (c *Core) batchDone(e *Effects, cl *client, b *router.Batch) {
 
 // Refuse is the event of a frame the shell refused before scanning it (one
 // over the message size limit): the client gets err, with a null id.
-func (c *Core) Refuse(e *Effects, id router.ClientID, err router.RPCError) {
+func (c *Core) Refuse(e *Effects, id router.ClientID, reqID []byte, err router.RPCError) {
 	e.Reset()
 	if cl := c.clients[id]; cl != nil {
-		c.reply(e, cl, nil, err)
+		c.reply(e, cl, reqID, err)
 	}
 }

@@ -310,7 +310,7 @@ func (h *harness) step(s step) []string {
 		}
 		return nil
 	case "refuse":
-		h.c.Refuse(&h.e, clientArg(h.t, arg), router.ErrorLimit.Because("message too large"))
+		h.c.Refuse(&h.e, clientArg(h.t, arg), nil, router.ErrorLimit.Because("message too large"))
 		return h.render(nil)
 	case "gone":
 		h.c.ClientGone(&h.e, clientArg(h.t, arg), h.now)

@@ -16,7 +16,7 @@ const (
 	DefaultRequestTimeout     = 30 * time.Second
 	DefaultMaxBatch           = 1000
 	DefaultMaxInFlight        = 5000
-	DefaultMaxMessageBytes    = 16 << 20
+	DefaultMaxMessageBytes    = 32 << 20 // geth's WebSocket read limit
 	DefaultOutboundQueueBytes = 32 << 20
 	DefaultMaxSubscriptions   = 1000
 	DefaultMaxWaiting         = 100000

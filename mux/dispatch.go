@@ -27,12 +27,15 @@ func (s *Server) dispatch(c *Client, frame []byte) bool {
 
 // refuse answers a frame the session refused before scanning it (over the
 // message size limit) with e.
-func (s *Server) refuse(c *Client, e router.RPCError) {
+func (s *Server) refuse(c *Client, id []byte, e router.RPCError) {
 	s.mu.Lock()
-	s.core.Refuse(&c.eff, c.id, e)
+	s.core.Refuse(&c.eff, c.id, id, e)
 	s.mu.Unlock()
 	s.apply(&c.eff, nil, nil)
 }
+
+// errMessageTooLarge refuses a client message over max_message_bytes.
+var errMessageTooLarge = router.ErrorLimit.Because("message too large")
 
 // maxKeptScan is the largest scan buffer a session keeps between frames.
 // (Message is 144 bytes; append rounds a growing slice up to its size

@@ -91,7 +91,7 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 				// The decoder would buffer an endless value whole; the
 				// stream cannot resync past it either.
 				s.metrics.limit("message_size")
-				s.refuse(c, router.ErrorLimit.Because("message too large"))
+				s.refuse(c, nil, errMessageTooLarge)
 				c.finish(closeNormal, "message too large")
 				<-c.ctx.Done()
 				return
@@ -102,7 +102,7 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 				// A stream cannot resync after bad JSON: answer -32700,
 				// then close this connection once everything owed to it
 				// has been written.
-				s.refuse(c, router.ErrorParse)
+				s.refuse(c, nil, router.ErrorParse)
 				c.finish(closeNormal, "parse error")
 				<-c.ctx.Done()
 			case errors.Is(err, io.EOF):
@@ -120,7 +120,10 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 		}
 		if int64(len(raw)) > s.cfg.MaxMessageBytes {
 			s.metrics.limit("message_size")
-			s.refuse(c, router.ErrorLimit.Because("message too large"))
+			var f router.IDFinder
+			f.Write(raw)
+			id, _ := f.ID()
+			s.refuse(c, id, errMessageTooLarge)
 			continue
 		}
 		s.dispatch(c, raw)

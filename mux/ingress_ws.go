@@ -146,12 +146,17 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn, k *clientKeepali
 			return
 		}
 		if int64(len(frame)) > limit {
+			// Read to its end, keeping nothing but its id, which the
+			// refusal carries (null when it cannot be told).
 			s.metrics.limit("message_size")
-			s.refuse(c, router.ErrorLimit.Because("message too large"))
-			if _, err := io.Copy(io.Discard, r); err != nil {
+			var f router.IDFinder
+			f.Write(frame)
+			if _, err := io.Copy(&f, r); err != nil {
 				endRead(c, err)
 				return
 			}
+			id, _ := f.ID()
+			s.refuse(c, id, errMessageTooLarge)
 			frame = reuse(frame, maxKeptSessionBuf)
 			continue
 		}

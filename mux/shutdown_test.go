@@ -194,3 +194,66 @@ func wantClosed(t *testing.T, err error, when string) {
 		t.Fatalf("connection still open %s (read: %v)", when, err)
 	}
 }
+
+// TestMessageTooLargeKeepsID: a request over max_message_bytes is refused
+// under its own id, wherever the id sits (before or after the params that
+// make it large), so that its client can match the refusal to its call; a
+// batch, or a message whose id cannot be told, is refused under null. On
+// WebSocket and on IPC (a message up to 64 KiB past the limit), the session
+// goes on.
+func TestMessageTooLargeKeepsID(t *testing.T) {
+	const limit = 4 << 10
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.MaxMessageBytes = limit }})
+	pad := `"0x` + strings.Repeat("ab", limit) + `"`
+	tests := []struct{ msg, id string }{
+		{`{"jsonrpc":"2.0","id":42,"method":"web3_sha3","params":[` + pad + `]}`, `42`},
+		{`{"method":"web3_sha3","params":[` + pad + `],"id":"after \"params\"","jsonrpc":"2.0"}`, `"after \"params\""`},
+		{`[{"jsonrpc":"2.0","id":1,"method":"web3_sha3","params":[` + pad + `]}]`, `null`},
+		{`{"jsonrpc":"2.0","method":"web3_sha3","params":[` + pad + `]}`, `null`},
+	}
+	check := func(t *testing.T, got resp, want string) {
+		t.Helper()
+		wantError(t, got, want, -32005, "limit exceeded")
+		if got.reason() != "message too large" {
+			t.Errorf("%s: want reason message too large", got.Raw)
+		}
+	}
+	t.Run("websocket", func(t *testing.T) {
+		c := h.dial(t)
+		for _, tt := range tests {
+			check(t, parseResp(t, c.call(tt.msg)), tt.id)
+		}
+		if r := parseResp(t, c.call(`{"jsonrpc":"2.0","id":9,"method":"eth_chainId","params":[]}`)); r.Error != nil {
+			t.Errorf("after the refusals: %s", r.Raw)
+		}
+	})
+	t.Run("ipc", func(t *testing.T) {
+		dir, err := os.MkdirTemp("", "muxd-ipc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		path := filepath.Join(dir, "s.ipc")
+		ln, err := ListenIPC(path, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go h.srv.ServeIPC(ln)
+		conn, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		conn.SetDeadline(time.Now().Add(testTimeout))
+		rd := bufio.NewReader(conn)
+		for _, tt := range tests {
+			io.WriteString(conn, tt.msg)
+			line, err := rd.ReadBytes('\n')
+			if err != nil {
+				t.Fatalf("no answer to a message too large: %v", err)
+			}
+			check(t, parseResp(t, line), tt.id)
+		}
+	})
+}
