@@ -546,3 +546,28 @@ func TestHeadsLatestAfterPush(t *testing.T) {
 		t.Fatalf("delivered %v (backfilled %d), want %v (3)", got, h.heads, headsOf(main, 10, 15))
 	}
 }
+
+// TestHeadsLatestTimesOutDuringJob: the node's head, asked after HeadWait,
+// times out after a push has started a job: it is no request of that job,
+// which neither counts it nor fails for it.
+func TestHeadsLatestTimesOutDuringJob(t *testing.T) {
+	main := chainOf(0, 0, 40)
+	n := &node{chain: main, head: 10}
+	h := newHarness(t, Config{Blocks: 128, Attempts: 1}, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	h.m.Disconnected()
+	n.head = 14
+	n.hook = func(s Send) ([]byte, bool, bool) {
+		return nil, false, string(s.Params) == `["latest",false]` // never answered
+	}
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.tick(DefaultHeadWait)
+	n.hook = func(s Send) ([]byte, bool, bool) { return nil, false, true } // the job's requests held too
+	h.now = h.now.Add(DefaultRequestTimeout - time.Second)
+	h.push(headsKey, headJSON(main[14])) // starts a job: 11..13
+	h.tick(2 * time.Second)              // the head request is past its deadline, the job's are not
+	if len(h.gaps) != 0 || h.m.keys[headsKey].job == nil {
+		t.Fatalf("gaps %v, job running %v: the head request's timeout failed the job", h.gaps, h.m.keys[headsKey].job != nil)
+	}
+}

@@ -534,8 +534,8 @@ func (m *Machine) Tick(now time.Time) Effects {
 		}
 		delete(m.reqs, id)
 		k := m.keys[r.key]
-		if k == nil || k.job == nil {
-			continue
+		if k == nil || k.job == nil || r.purpose == purposeHeadLatest || r.purpose == purposeBaseline {
+			continue // not one of a job's requests: a job that started meanwhile does not count it
 		}
 		k.job.inflight--
 		m.failed(k, r, now)

@@ -159,18 +159,16 @@ func (s *Server) decideLocked(now time.Time) *switchover {
 	if sw.To >= 0 {
 		to = s.nodes[sw.To].conn
 	}
-	if sw.To >= 0 {
-		if sw.Reason != failover.ReasonFirst && s.lastActive >= 0 && sw.To != s.lastActive {
-			s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
-		}
-		s.lastActive = sw.To
-	}
 	if to == nil {
 		if s.multi() {
 			s.log.Warn("no upstream to make active", "from", s.nodeLabel(sw.From), "reason", sw.Reason.String())
 		}
 		return nil
 	}
+	if sw.Reason != failover.ReasonFirst && s.lastActive >= 0 && sw.To != s.lastActive {
+		s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
+	}
+	s.lastActive = sw.To
 	eff := new(core.Effects)
 	s.gens++
 	to.gen = s.gens

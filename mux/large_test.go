@@ -198,6 +198,30 @@ func TestLargeAnswerPastReadLimit(t *testing.T) {
 		wantError(t, r, id, -32005, "limit exceeded")
 	}
 
+	// A node that answers an array's calls one by one: a lone answer past
+	// the limit fails its own call only; the other gets its answer.
+	h.fake.SetArrayHandler(func(fc *fakeConn, reqs []fakeReq) {
+		fc.Send(resultFrame(reqs[0].ID, largeResult(reqs[0].ID, readLimit+100)))
+		fc.Send(resultFrame(reqs[1].ID, `"small"`))
+	})
+	arr = c.call(`[` + large(`"c"`, 10) + `,` + large(`"d"`, 10) + `]`)
+	elems = nil
+	if err := json.Unmarshal(arr, &elems); err != nil || len(elems) != 2 {
+		t.Fatalf("batch answer %.200s: %v", arr, err)
+	}
+	for _, e := range elems {
+		switch r := parseResp(t, e); string(r.ID) {
+		case `"c"`:
+			wantError(t, r, `"c"`, -32005, "limit exceeded")
+		case `"d"`:
+			if string(r.Result) != `"small"` {
+				t.Errorf("the other call of the array: %s, want its own answer", r.Raw)
+			}
+		default:
+			t.Errorf("unexpected element %s", r.Raw)
+		}
+	}
+
 	// An answer whose id comes after its (too large) result cannot be
 	// attributed: its request gets -32002 at its deadline, the connection
 	// still goes on.
@@ -216,8 +240,8 @@ func TestLargeAnswerPastReadLimit(t *testing.T) {
 	if n := h.fake.NumConns(); n != 1 {
 		t.Errorf("upstream connections %d, want 1", n)
 	}
-	if got := counterValue(h.srv.metrics.LimitHits.WithLabelValues("upstream_read")); got != 3 {
-		t.Errorf("limit hits upstream_read %v, want 3", got)
+	if got := counterValue(h.srv.metrics.LimitHits.WithLabelValues("upstream_read")); got != 4 {
+		t.Errorf("limit hits upstream_read %v, want 4", got)
 	}
 }
 

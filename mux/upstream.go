@@ -196,13 +196,14 @@ var errResponseTooLarge = router.ErrorLimit.Because("response too large")
 // head is what was kept (the rest was read and thrown away): the requests
 // it answered each get errResponseTooLarge, routed as if the node had
 // answered them so, and the connection goes on. Whom it answered comes
-// from its id (router.TruncatedResponseID): a call, or every call of the
-// client batch's upstream array in flight when the id is one of them. A
+// from its id (router.TruncatedResponseID): that call, or, when the message
+// is an array, every call of the client batch's upstream array in flight
+// that the id is one of (core.AnsweredBy). A
 // message whose id is not in head is counted and logged; its requests get
 // -32002 at their deadline.
 func (s *Server) tooLarge(u *upstreamConn, head []byte) {
 	s.metrics.limit("upstream_read")
-	span, _, ok := router.TruncatedResponseID(head)
+	span, inArray, ok := router.TruncatedResponseID(head)
 	var uid uint64
 	if ok {
 		uid, ok = router.ParseUpstreamID(span.In(head))
@@ -212,9 +213,14 @@ func (s *Server) tooLarge(u *upstreamConn, head []byte) {
 			"limit", s.cfg.UpstreamReadLimit)
 		return
 	}
-	s.mu.Lock()
-	uids, array := s.core.AnsweredBy(u.gen, uid, nil)
-	s.mu.Unlock()
+	// An array answers the calls of one upstream array; a lone answer
+	// only its own call (a node may answer an array's calls one by one).
+	uids, array := []uint64{uid}, false
+	if inArray {
+		s.mu.Lock()
+		uids, array = s.core.AnsweredBy(u.gen, uid, nil)
+		s.mu.Unlock()
+	}
 	s.log.Warn("upstream answer past upstream_read_limit thrown away; its requests get -32005",
 		"limit", s.cfg.UpstreamReadLimit, "requests", len(uids))
 	frame := make([]byte, frameHeadroom, frameHeadroom+64*len(uids)+2)

@@ -9,8 +9,9 @@ package router
 // It follows the top level only: strings (escapes included) and nesting, so
 // that an "id" inside params or inside a string is not taken for the
 // request's own. It gives up (ID reports false) on anything but one JSON
-// object, on an id member spelled with escapes or seen twice, and on an id
-// longer than maxFoundID. It does not check the rest of the message.
+// object, on any top-level member name spelled with escapes (a node may
+// decode one to id), on an id seen twice, and on an id longer than
+// maxFoundID. It does not check the rest of the message.
 type IDFinder struct {
 	started, failed bool
 	depth           int
@@ -63,7 +64,9 @@ func (f *IDFinder) step(c byte) {
 		case c == '\\':
 			f.esc = true
 			if f.depth == 1 && f.want == wantColon {
-				f.keyLong = true // an escaped member name: not taken for id
+				// An escaped member name may be the id to the node
+				// (geth decodes \u0069d): give up rather than guess.
+				f.failed = true
 			}
 		case c == '"':
 			f.inStr = false
