@@ -50,8 +50,9 @@ func TestIDFinder(t *testing.T) {
 }
 
 // FuzzIDFinder: for any message the scanner reads as one request with a
-// valid id, the finder, fed in pieces, finds that id byte for byte; on
-// anything it never panics.
+// valid id, the finder, fed in pieces, finds no other id, and finds that
+// one byte for byte when the message has no escape; on anything it never
+// panics.
 func FuzzIDFinder(f *testing.F) {
 	addSeeds(f)
 	f.Add([]byte(`{"method":"x","params":["a"],"id":"b"}`))
@@ -74,7 +75,9 @@ func FuzzIDFinder(f *testing.F) {
 			return
 		}
 		want := m.ID.In(msg)
-		if !ok || !bytes.Equal(id, want) {
+		// Never another id than the scanner's; and the scanner's whenever
+		// no member name could be escaped (the finder then gives up).
+		if (ok && !bytes.Equal(id, want)) || (!ok && !bytes.Contains(msg, []byte{'\\'})) {
 			t.Fatalf("%q: finder %q ok %v, scanner %q", msg, id, ok, want)
 		}
 	})
