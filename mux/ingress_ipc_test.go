@@ -56,6 +56,22 @@ func ServeIPCAtForTest(t *testing.T, srv *Server, path string) {
 	})
 }
 
+// dialIPCForTest serves srv's IPC ingress on a fresh socket and returns a
+// client connection to it, closed at cleanup, with testTimeout as its
+// deadline (a guard against a hang).
+func dialIPCForTest(t *testing.T, srv *Server) net.Conn {
+	t.Helper()
+	path := IPCPathForTest(t)
+	ServeIPCAtForTest(t, srv, path)
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(testTimeout))
+	return conn
+}
+
 // readIPCUntilEOF reads newline-separated answers until the server closes
 // the stream, failing the test if that takes longer than testTimeout.
 func readIPCUntilEOF(t *testing.T, conn net.Conn) [][]byte {

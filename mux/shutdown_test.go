@@ -133,24 +133,7 @@ func TestIPCParseErrorWaitsForSubscribe(t *testing.T) {
 // still its answer, and then the connection is closed.
 func TestIPCMessageTooLarge(t *testing.T) {
 	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.MaxMessageBytes = 1 << 10 }})
-	dir, err := os.MkdirTemp("", "muxd-ipc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "s.ipc")
-	ln, err := ListenIPC(path, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go h.srv.ServeIPC(ln)
-	conn, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(testTimeout))
+	conn := dialIPCForTest(t, h.srv)
 	go func() {
 		io.WriteString(conn, `{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}`)
 		// An unterminated string that would grow without end.
@@ -228,24 +211,7 @@ func TestMessageTooLargeKeepsID(t *testing.T) {
 		}
 	})
 	t.Run("ipc", func(t *testing.T) {
-		dir, err := os.MkdirTemp("", "muxd-ipc")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		path := filepath.Join(dir, "s.ipc")
-		ln, err := ListenIPC(path, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go h.srv.ServeIPC(ln)
-		conn, err := net.Dial("unix", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		conn.SetDeadline(time.Now().Add(testTimeout))
+		conn := dialIPCForTest(t, h.srv)
 		rd := bufio.NewReader(conn)
 		for _, tt := range tests {
 			io.WriteString(conn, tt.msg)
