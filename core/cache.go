@@ -16,7 +16,10 @@ import (
 //   - eth_chainId, net_version: a connection's node does not change chain.
 //   - eth_getBlockByHash, eth_getBlockReceipts of a block hash, eth_getLogs
 //     with a blockHash filter: a hash names one block for good, whatever
-//     chain it ends up on.
+//     chain it ends up on, and a node keeps the blocks a reorg replaces.
+//     It forgets them when its head is set back (geth's debug_setHead, a
+//     test node's snapshot revert): a head below the last one evicts them
+//     all.
 //   - eth_getTransactionByHash, eth_getTransactionReceipt: only once mined
 //     (blockHash not null), in a block the head view holds canonical; a
 //     head that is not the child of the last (a reorg, or a jump) evicts
@@ -62,6 +65,7 @@ const (
 	scopeNone       cacheScope = iota // never cached
 	scopeConnection                   // as long as the connection
 	scopeCanonical                    // while its block is canonical: evicted by any break in the heads
+	scopeBlockHash                    // a block named by hash: evicted when the head goes back (headChange.back)
 	scopeFinalized                    // a block by number, kept while at or below the finalized block
 )
 
@@ -131,8 +135,10 @@ func (a *answerCache) clear() {
 // cached, and for a block by number, its number.
 func cacheRule(method, key string) (scope cacheScope, number uint64) {
 	switch method {
-	case "eth_chainId", "net_version", "eth_getBlockByHash":
+	case "eth_chainId", "net_version":
 		return scopeConnection, 0
+	case "eth_getBlockByHash":
+		return scopeBlockHash, 0
 	case "eth_getTransactionByHash", "eth_getTransactionReceipt":
 		return scopeCanonical, 0
 	case "eth_getBlockReceipts":
@@ -140,7 +146,7 @@ func cacheRule(method, key string) (scope cacheScope, number uint64) {
 		// whose requireCanonical makes the answer depend on the chain.
 		var ps []string
 		if paramsOf(key, &ps) && len(ps) == 1 && isHash(ps[0]) {
-			return scopeConnection, 0
+			return scopeBlockHash, 0
 		}
 	case "eth_getLogs":
 		var ps []map[string]json.RawMessage
@@ -151,7 +157,7 @@ func cacheRule(method, key string) (scope cacheScope, number uint64) {
 		_, from := ps[0]["fromBlock"]
 		_, to := ps[0]["toBlock"]
 		if byHash && !from && !to {
-			return scopeConnection, 0
+			return scopeBlockHash, 0
 		}
 	case "eth_getBlockByNumber":
 		if n, ok := blockNumberParam(key); ok {
@@ -300,7 +306,8 @@ func (c *Core) headPushed(e *Effects, params []byte, now time.Time) {
 	}
 	if ch.broken {
 		c.cache.evictWhere(func(x *cached) bool {
-			return x.scope == scopeCanonical || x.scope == scopeFinalized && x.number >= ch.from
+			return x.scope == scopeCanonical || x.scope == scopeFinalized && x.number >= ch.from ||
+				x.scope == scopeBlockHash && ch.back
 		})
 		c.countEvictions()
 	}

@@ -155,7 +155,8 @@ func (h *headRig) head(n int, hash, parent string) out {
 }
 
 // TestCacheReorg: a mined transaction or receipt is cached only in a block
-// the heads show canonical, and a reorg evicts it.
+// the heads show canonical, and a reorg evicts it; what is cached by block
+// hash stays across a reorg, and goes when the head is set back.
 func TestCacheReorg(t *testing.T) {
 	receipt := func(block string) string {
 		return `{"transactionHash":"` + txA + `","blockHash":"` + block + `","blockNumber":"0x11","status":"0x1"}`
@@ -194,6 +195,16 @@ func TestCacheReorg(t *testing.T) {
 	// An answer naming the replaced block, come late, is not cached.
 	if up, _ := h.roundTrip(`10`, "eth_getTransactionReceipt", `["`+txA+`"]`, receipt(hashB)); len(up) != 1 {
 		t.Error("the late answer from the old branch was cached")
+	}
+	// The head set back below the last one (debug_setHead, a snapshot
+	// revert): the node may have forgotten the blocks above, so what was
+	// cached by block hash goes too, and is asked again.
+	h.roundTrip(`11`, "eth_getBlockReceipts", `["`+hashB+`"]`, `[]`)
+	h.head(0x0f, hashD, hashA)
+	for i, q := range [][2]string{{"eth_getBlockByHash", `["` + hashB + `",false]`}, {"eth_getBlockReceipts", `["` + hashB + `"]`}} {
+		if up, _ := h.roundTrip(fmt.Sprint(12+i), q[0], q[1], `null`); len(up) != 1 {
+			t.Errorf("%s stayed cached after the head went back", q[0])
+		}
 	}
 }
 

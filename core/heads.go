@@ -53,6 +53,10 @@ type headChange struct {
 	// holds canonical (a sibling, or a shorter chain), else 0 (the view
 	// cannot tell how deep the break goes).
 	from uint64
+	// back: a break to a head below the last one (a rewind, as geth's
+	// debug_setHead or a test node's snapshot revert, or a shorter
+	// branch): blocks above it may be gone from the node altogether.
+	back bool
 }
 
 // observe records head h and reports what it changed. A head seen just
@@ -68,6 +72,7 @@ func (v *headView) observe(h headSeen) headChange {
 	ch := headChange{fresh: true}
 	if v.last.hash != "" && (h.number != v.last.number+1 || h.parent != v.last.hash) {
 		ch.broken = true
+		ch.back = h.number < v.last.number
 		if h.number > 0 && v.canonical(h.number-1, h.parent) {
 			ch.from = h.number
 		}
