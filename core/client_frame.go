@@ -163,9 +163,8 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	// nothing may always send one request, whatever its size: the
 	// message limit bounds that. An eth_unsubscribe always passes: it
 	// gives back what a subscription holds.
-	if size := len(elem) + len(id) + 20; cl.held > 0 && cl.held+size > c.cfg.MaxHeldBytes && method != methodUnsubscribe {
-		c.obs.Limit("held_bytes")
-		return c.errorBytes(id, router.ErrorLimit.Because("too many request bytes in flight"))
+	if method != methodUnsubscribe && c.overHeld(cl, len(elem)+len(id)+20) {
+		return c.errorBytes(id, errHeldBytes)
 	}
 	p := router.Pending{
 		Client:   cl.id,
@@ -315,6 +314,19 @@ func (c *Core) batchDone(e *Effects, cl *client, b *router.Batch) {
 			c.activate(e, m)
 		}
 	}
+}
+
+// errHeldBytes refuses what would take a client past max_held_bytes.
+var errHeldBytes = router.ErrorLimit.Because("too many request bytes in flight")
+
+// overHeld reports, counting the refusal, whether cl holding size more
+// bytes would pass max_held_bytes; a client holding nothing may always.
+func (c *Core) overHeld(cl *client, size int) bool {
+	if cl.held > 0 && cl.held+size > c.cfg.MaxHeldBytes {
+		c.obs.Limit("held_bytes")
+		return true
+	}
+	return false
 }
 
 // Refuse is the event of a frame the shell refused before scanning it (one

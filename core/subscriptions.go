@@ -38,9 +38,8 @@ func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message
 	// cannot make muxd hold more through subscriptions than through
 	// requests (the first thing a client holds always passes).
 	size := len(key) + len(params)
-	if cl.held > 0 && cl.held+size > c.cfg.MaxHeldBytes {
-		c.obs.Limit("held_bytes")
-		return c.errorBytes(p.ID, router.ErrorLimit.Because("too many request bytes in flight"))
+	if c.overHeld(cl, size) {
+		return c.errorBytes(p.ID, errHeldBytes)
 	}
 	subID := c.cfg.NewSubscriptionID()
 	mem := c.subs.attach(key, append([]byte(nil), params...), cl, subID)

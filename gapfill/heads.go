@@ -95,11 +95,11 @@ func (m *Machine) walk(k *keyState, now time.Time) {
 			}
 		}
 		if n < j.floor {
+			var from, to uint64 // the heads skipped, when known
 			if k.haveLast && k.last+1 < j.floor {
-				m.gapBlocks(k, "too_long", k.last+1, j.floor-1)
-			} else {
-				m.gap(k, "too_long")
+				from, to = k.last+1, j.floor-1
 			}
+			m.gapBlocks(k, "too_long", from, to)
 			m.deliverChain(k, now)
 			return
 		}

@@ -525,17 +525,7 @@ func TestHeadsLiveAgainAsksHead(t *testing.T) {
 // and every head is still delivered once, in order.
 func TestHeadsLatestAfterPush(t *testing.T) {
 	main := chainOf(0, 0, 40)
-	n := &node{chain: main, head: 10}
-	h := newHarness(t, Config{Blocks: 128}, n)
-	h.apply(h.m.Live(headsKey, h.now), nil)
-	h.push(headsKey, headJSON(main[10]))
-	h.m.Disconnected()
-	n.head = 14
-	n.hook = func(s Send) ([]byte, bool, bool) {
-		return nil, false, string(s.Params) == `["latest",false]` // held back
-	}
-	h.apply(h.m.Live(headsKey, h.now), nil)
-	h.tick(DefaultHeadWait)
+	h := latestHeldBack(t, Config{Blocks: 128}, main)
 	if len(h.unans) != 1 {
 		t.Fatalf("unanswered %v, want the head request", h.unans)
 	}
@@ -552,22 +542,31 @@ func TestHeadsLatestAfterPush(t *testing.T) {
 // which neither counts it nor fails for it.
 func TestHeadsLatestTimesOutDuringJob(t *testing.T) {
 	main := chainOf(0, 0, 40)
-	n := &node{chain: main, head: 10}
-	h := newHarness(t, Config{Blocks: 128, Attempts: 1}, n)
-	h.apply(h.m.Live(headsKey, h.now), nil)
-	h.push(headsKey, headJSON(main[10]))
-	h.m.Disconnected()
-	n.head = 14
-	n.hook = func(s Send) ([]byte, bool, bool) {
-		return nil, false, string(s.Params) == `["latest",false]` // never answered
-	}
-	h.apply(h.m.Live(headsKey, h.now), nil)
-	h.tick(DefaultHeadWait)
-	n.hook = func(s Send) ([]byte, bool, bool) { return nil, false, true } // the job's requests held too
+	h := latestHeldBack(t, Config{Blocks: 128, Attempts: 1}, main)
+	h.n.hook = func(s Send) ([]byte, bool, bool) { return nil, false, true } // the job's requests held too
 	h.now = h.now.Add(DefaultRequestTimeout - time.Second)
 	h.push(headsKey, headJSON(main[14])) // starts a job: 11..13
 	h.tick(2 * time.Second)              // the head request is past its deadline, the job's are not
 	if len(h.gaps) != 0 || h.m.keys[headsKey].job == nil {
 		t.Fatalf("gaps %v, job running %v: the head request's timeout failed the job", h.gaps, h.m.keys[headsKey].job != nil)
 	}
+}
+
+// latestHeldBack delivers head 10 of main live, loses the connection, moves
+// the node to head 14 and makes the key live again; after HeadWait the key
+// asks for the node's head, which the node leaves unanswered (in h.unans).
+func latestHeldBack(t *testing.T, cfg Config, main map[uint64]blk) *harness {
+	t.Helper()
+	n := &node{chain: main, head: 10}
+	h := newHarness(t, cfg, n)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[10]))
+	h.m.Disconnected()
+	n.head = 14
+	n.hook = func(s Send) ([]byte, bool, bool) {
+		return nil, false, string(s.Params) == `["latest",false]` // held back
+	}
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.tick(DefaultHeadWait)
+	return h
 }

@@ -282,11 +282,10 @@ func (m *Machine) deliver(k *keyState, live bool, res []byte) {
 	m.eff.Deliveries = append(m.eff.Deliveries, Delivery{Key: k.key, Live: live, Result: res})
 }
 
-func (m *Machine) gap(k *keyState, reason string) {
-	m.eff.Gaps = append(m.eff.Gaps, Gap{Kind: gapKind(k.name), Reason: reason, Key: k.key})
-}
+func (m *Machine) gap(k *keyState, reason string) { m.gapBlocks(k, reason, 0, 0) }
 
-// gapBlocks is gap for blocks from to to, which k does not get.
+// gapBlocks is gap for blocks from to to, which k does not get (0, 0 when
+// not known).
 func (m *Machine) gapBlocks(k *keyState, reason string, from, to uint64) {
 	m.eff.Gaps = append(m.eff.Gaps, Gap{Kind: gapKind(k.name), Reason: reason, Key: k.key, From: from, To: to})
 }
@@ -350,7 +349,7 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		// The head and the first checks go together: neither waits for
 		// the other (each round trip counts on a connection that may
 		// not last).
-		m.enqueue(k, &request{method: "eth_getBlockByNumber", params: []byte(`["latest",false]`), purpose: purposeHeadNumber}, now)
+		m.enqueue(k, latestBlock(purposeHeadNumber), now)
 		m.askChecks(k, now)
 	case k.kind == kindHeads && k.job == nil && k.haveLast:
 		// The next push starts the job that fills the gap; if none comes
@@ -366,9 +365,8 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 
 // latestAnswered takes the node's head block, asked when newHeads key k
 // became live again and the node pushed nothing for HeadWait, as if the
-// node had pushed it: a head above
-// the last delivered one is delivered, with the heads missed below it
-// fetched first (onHead). An answer that comes after a push started a job,
+// node had pushed it: a head above the last delivered one is delivered,
+// with the heads missed below it fetched first (onHead). An answer that comes after a push started a job,
 // or that is no block, or not above the last delivered head (a node behind
 // the one before it), changes nothing: the node's pushes carry on from
 // there under the usual rules.
@@ -543,7 +541,7 @@ func (m *Machine) Tick(now time.Time) Effects {
 	for _, key := range m.dueHeadWaits(now) {
 		delete(m.headWaits, key)
 		if k := m.keys[key]; k != nil && k.job == nil {
-			m.sendNew(k, &request{method: "eth_getBlockByNumber", params: []byte(`["latest",false]`), purpose: purposeHeadLatest}, now)
+			m.sendNew(k, latestBlock(purposeHeadLatest), now)
 		}
 	}
 	for _, key := range m.keysWithJobs() {
@@ -653,6 +651,11 @@ func (m *Machine) pump(k *keyState, now time.Time) {
 }
 
 // blockByNumber is eth_getBlockByNumber(n, false), for purpose.
+// latestBlock asks for the node's head block, its header only.
+func latestBlock(purpose string) *request {
+	return &request{method: "eth_getBlockByNumber", params: []byte(`["latest",false]`), purpose: purpose}
+}
+
 func blockByNumber(n uint64, purpose string) *request {
 	return &request{method: "eth_getBlockByNumber", params: []byte(`["` + quantity(n) + `",false]`), purpose: purpose, num: n}
 }

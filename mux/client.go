@@ -68,12 +68,7 @@ func (c *Client) ID() router.ClientID { return c.id }
 // rather than allowed to make anyone wait or to lose a message silently.
 func (c *Client) send(seq uint64, m outMsg) {
 	if !c.out.push(seq, m) {
-		if m.lent != nil {
-			c.srv.frames.put(m.lent)
-		}
-		if m.arena != nil {
-			c.srv.arenas.put(m.arena)
-		}
+		c.srv.release(&m)
 		c.slowConsumer()
 		return
 	}
@@ -276,12 +271,7 @@ func (w *messageWriter) messages(batch []outMsg) ([][]byte, int) {
 // large write is dropped.
 func (w *messageWriter) written(batch []outMsg, s *Server) {
 	for i := range batch {
-		if b := batch[i].lent; b != nil {
-			s.frames.put(b)
-		}
-		if b := batch[i].arena; b != nil {
-			s.arenas.put(b)
-		}
+		s.release(&batch[i])
 	}
 	clear(w.msgs)
 	w.arena = reuse(w.arena, maxKeptWriterBuf)

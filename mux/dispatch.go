@@ -34,6 +34,13 @@ func (s *Server) refuse(c *Client, id []byte, e router.RPCError) {
 	s.apply(&c.eff, nil, nil)
 }
 
+// refuseTooLarge counts and refuses a client message over
+// max_message_bytes, under its request's id (nil: null).
+func (s *Server) refuseTooLarge(c *Client, id []byte) {
+	s.metrics.limit("message_size")
+	s.refuse(c, id, errMessageTooLarge)
+}
+
 // errMessageTooLarge refuses a client message over max_message_bytes.
 var errMessageTooLarge = router.ErrorLimit.Because("message too large")
 

@@ -90,8 +90,7 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 			if errors.Is(err, errValueTooLarge) {
 				// The decoder would buffer an endless value whole; the
 				// stream cannot resync past it either.
-				s.metrics.limit("message_size")
-				s.refuse(c, nil, errMessageTooLarge)
+				s.refuseTooLarge(c, nil)
 				c.finish(closeNormal, "message too large")
 				<-c.ctx.Done()
 				return
@@ -119,11 +118,10 @@ func (s *Server) serveIPCConn(conn net.Conn) {
 			return
 		}
 		if int64(len(raw)) > s.cfg.MaxMessageBytes {
-			s.metrics.limit("message_size")
 			var f router.IDFinder
 			f.Write(raw)
 			id, _ := f.ID()
-			s.refuse(c, id, errMessageTooLarge)
+			s.refuseTooLarge(c, id)
 			continue
 		}
 		s.dispatch(c, raw)

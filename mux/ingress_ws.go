@@ -148,7 +148,6 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn, k *clientKeepali
 		if int64(len(frame)) > limit {
 			// Read to its end, keeping nothing but its id, which the
 			// refusal carries (null when it cannot be told).
-			s.metrics.limit("message_size")
 			var f router.IDFinder
 			f.Write(frame)
 			if _, err := io.Copy(&f, r); err != nil {
@@ -156,7 +155,7 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn, k *clientKeepali
 				return
 			}
 			id, _ := f.ID()
-			s.refuse(c, id, errMessageTooLarge)
+			s.refuseTooLarge(c, id)
 			frame = reuse(frame, maxKeptSessionBuf)
 			continue
 		}

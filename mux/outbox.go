@@ -21,6 +21,17 @@ type outMsg struct {
 	arena []byte
 }
 
+// release gives back to s's pools the buffers m borrowed (a lent upstream
+// frame, a batch arena), once m is written or will never be.
+func (s *Server) release(m *outMsg) {
+	if m.lent != nil {
+		s.frames.put(m.lent)
+	}
+	if m.arena != nil {
+		s.arenas.put(m.arena)
+	}
+}
+
 // size is the length of the message as the client gets it.
 func (m *outMsg) size() int {
 	if m.id == nil {

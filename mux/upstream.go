@@ -115,17 +115,15 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 		if err != nil {
 			return fmt.Errorf("read upstream: %w", err)
 		}
+		lent := false
 		if tooLarge {
 			s.tooLarge(u, buf[frameHeadroom:])
-			if cap(buf) > maxKeptUpstreamBuf {
-				s.frames.put(buf)
-				buf = nil
-			}
-			continue
+		} else {
+			s.metrics.UpstreamFramesIn.Inc()
+			lent = s.route(u, buf)
 		}
-		s.metrics.UpstreamFramesIn.Inc()
 		switch {
-		case s.route(u, buf):
+		case lent:
 			// A large answer lent to its client: the client's writer,
 			// just woken, waits in this P's runnext slot until the
 			// reader blocks, which a reader with the next large answer

@@ -53,8 +53,13 @@ type upElem struct {
 // bytes holding n messages whose ids take idLen bytes in all, so that the
 // array it sends is that buffer.
 func NewUpstreamBatch(frameLen, n, idLen int) *UpstreamBatch {
+	return newUpstreamBatch(nil, frameLen, n, idLen)
+}
+
+// newUpstreamBatch is NewUpstreamBatch with its arena from alloc.
+func newUpstreamBatch(alloc func(n int) []byte, frameLen, n, idLen int) *UpstreamBatch {
 	u := &UpstreamBatch{elems: make([]upElem, 0, n), calls: make([]int32, 0, n)}
-	u.layOut(nil, frameLen, n, idLen)
+	u.layOut(alloc, frameLen, n, idLen)
 	return u
 }
 
@@ -110,9 +115,7 @@ const (
 func (l *UpstreamBatches) New(frameLen, n, idLen int) *UpstreamBatch {
 	k := len(l.free)
 	if k == 0 || n > maxFreeBatchSize {
-		u := &UpstreamBatch{elems: make([]upElem, 0, n), calls: make([]int32, 0, n)}
-		u.layOut(l.Alloc, frameLen, n, idLen)
-		return u
+		return newUpstreamBatch(l.Alloc, frameLen, n, idLen)
 	}
 	u := l.free[k-1]
 	l.free[k-1] = nil
