@@ -32,8 +32,10 @@
 //     get their client's id spliced in, a large answer is handed to its
 //     client in the buffer it was read into (buffers.go's framePool), a
 //     push fanned out is copied once and each subscriber's writer splices
-//     its own subscription id in; frames are written upstream; notes are
-//     logged.
+//     its own subscription id in, a whole batch's answer comes back in the
+//     buffer its request array was laid out in, which returns to
+//     arenas.go's pool once written; frames are written upstream; notes
+//     are logged.
 //   - timeouts.go ticks the core's clock (deadlines, backfill timers).
 //
 // Locking: Server.mu is held around each core call and nothing else: no
