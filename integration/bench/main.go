@@ -126,7 +126,12 @@ type Report struct {
 	NumCPU      int       `json:"num_cpu"`
 	GOMAXPROCS  int       `json:"gomaxprocs"`
 	NofileLimit uint64    `json:"nofile_limit"`
-	Options     struct {
+	// TCPCongestion is the host's TCP congestion control (Linux), which
+	// every socket of the run uses. It moves (g): under bbr one loopback
+	// flow is slower than under cubic, and muxd's upstream is one flow
+	// where the relay's are ten (see README, Limits).
+	TCPCongestion string `json:"tcp_congestion_control,omitempty"`
+	Options       struct {
 		Reps         int     `json:"reps"`
 		DurationSec  float64 `json:"duration_s"`
 		Clients      int     `json:"clients"`
@@ -228,7 +233,7 @@ func (o Options) runs(w string) bool {
 // Run executes the suite.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
-	rep := &Report{Started: start, GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	rep := &Report{Started: start, GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), TCPCongestion: tcpCongestion()}
 	maxN := max(o.Idle, o.ProbeSubs+1)
 	for _, n := range o.FanoutSizes {
 		maxN = max(maxN, n)
@@ -493,8 +498,12 @@ func median(s []float64) float64 {
 
 // WriteTable prints the report as a table.
 func (rep *Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "muxd bench: %s, %d CPUs, GOMAXPROCS %d, reps: %d (medians), %gs per throughput measurement, elapsed %.0fs\n",
-		rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.Options.Reps, rep.Options.DurationSec, rep.ElapsedSec)
+	cc := ""
+	if rep.TCPCongestion != "" {
+		cc = ", TCP congestion control " + rep.TCPCongestion
+	}
+	fmt.Fprintf(w, "muxd bench: %s, %d CPUs, GOMAXPROCS %d%s, reps: %d (medians), %gs per throughput measurement, elapsed %.0fs\n",
+		rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, cc, rep.Options.Reps, rep.Options.DurationSec, rep.ElapsedSec)
 	fmt.Fprintln(w, "relay = BASELINE: dumb 1:1 WebSocket relay in this program (own upstream socket per client, frames copied unparsed)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tunit\tdirect\trelay\tmuxd\tmuxd/relay\tmuxd/direct\ttarget\tmet\tupstream conns d/r/m")

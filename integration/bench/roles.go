@@ -548,6 +548,16 @@ func runMuxd(ctx context.Context, upstream string) error {
 
 // raiseNofile raises RLIMIT_NOFILE: the hard limit to want (when larger and
 // allowed, e.g. as root) and the soft limit to the hard one. It returns the
+// tcpCongestion is the host's default TCP congestion control, or "" where
+// it cannot be read (not Linux).
+func tcpCongestion() string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // soft limit in effect.
 func raiseNofile(want uint64) uint64 {
 	var lim syscall.Rlimit
