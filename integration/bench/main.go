@@ -284,8 +284,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	addRow(&Row{Key: "b.rps", Workload: "b", Name: bName + ": throughput", Unit: "req/s", Better: "higher", Goal: ratioTarget(0.9, true)})
 	addRow(&Row{Key: "b.cpu", Workload: "b", Name: bName + ": proxy CPU per 1M req", Unit: "CPU-s", Better: "lower", Goal: ratioTarget(1.2, false)})
 	cName := fmt.Sprintf("(c) batches of %d, %d clients x %d outstanding", o.Batch, o.Clients, o.Window)
-	addRow(&Row{Key: "c.rps", Workload: "c", Name: cName + ": throughput", Unit: "elem/s", Better: "higher"})
-	addRow(&Row{Key: "c.cpu", Workload: "c", Name: cName + ": proxy CPU per 1M elem", Unit: "CPU-s", Better: "lower"})
+	addRow(&Row{Key: "c.rps", Workload: "c", Name: cName + ": throughput", Unit: "elem/s", Better: "higher", Goal: ratioTarget(1.0, true)})
+	addRow(&Row{Key: "c.cpu", Workload: "c", Name: cName + ": proxy CPU per 1M elem", Unit: "CPU-s", Better: "lower", Goal: ratioTarget(1.3, false)})
 	for i, n := range o.FanoutSizes {
 		w := fmt.Sprintf("d%d", n)
 		var t *goal

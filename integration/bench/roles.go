@@ -220,16 +220,28 @@ func (u *upstreamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		if big, ok := largeAnswer(msg); ok {
-			c.send(big...)
-			continue
-		}
-		if u.delay > 0 && u.chainAnswer(c, msg) {
-			continue
-		}
-		if resp := u.answer(c, msg); resp != nil {
-			c.send(resp)
-		}
+		// Each message is handled on its own goroutine, as geth's RPC
+		// handler does (rpc/handler.go, startCallProc, for a single call
+		// and for a whole batch alike): one connection's messages run
+		// concurrently, and their answers go out as they are ready.
+		// Answering them one after another on this reader would put
+		// everything muxd sends, on its one connection, on one of the
+		// node's cores, where the relay's hundred connections use all.
+		go u.handle(c, msg)
+	}
+}
+
+// handle answers one message from c.
+func (u *upstreamServer) handle(c *upConn, msg []byte) {
+	if big, ok := largeAnswer(msg); ok {
+		c.send(big...)
+		return
+	}
+	if u.delay > 0 && u.chainAnswer(c, msg) {
+		return
+	}
+	if resp := u.answer(c, msg); resp != nil {
+		c.send(resp)
 	}
 }
 
