@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -361,7 +362,11 @@ func TestCoalesceLoss(t *testing.T) {
 		{"not on the retry list", "eth_getBlockReceipts", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newCoalRig(t, nil)
+			r := newCoalRig(t, func(c *Config) {
+				if !tc.retried { // every default coalesced method is on the default retry list
+					c.RetryMethods = slices.DeleteFunc(slices.Clone(c.RetryMethods), func(m string) bool { return m == tc.method })
+				}
+			})
 			r.connect()
 			var clients []router.ClientID
 			var up []string

@@ -15,7 +15,7 @@ var ErrDenyPattern = errors.New("bad deny pattern")
 // so it fails at once.
 var DefaultRetryMethods = []string{
 	"eth_chainId", "eth_blockNumber", "eth_call", "eth_getBalance",
-	"eth_getBlockByNumber", "eth_getBlockByHash", "eth_getTransactionReceipt",
+	"eth_getBlockByNumber", "eth_getBlockByHash", "eth_getBlockReceipts", "eth_getTransactionReceipt",
 	"eth_getTransactionByHash", "eth_getTransactionCount", "eth_getLogs",
 	"eth_getCode", "eth_getStorageAt", "eth_estimateGas", "eth_gasPrice",
 	"eth_feeHistory", "eth_maxPriorityFeePerGas", "eth_syncing",
@@ -27,13 +27,18 @@ var DefaultRetryMethods = []string{
 // node or its host rather than read the chain: debug_setHead rewinds the
 // chain, the debug_set* knobs change the node's runtime, the profilers and
 // Go tracers write files on the node's disk and cost it CPU, and
-// freeOSMemory, verbosity, vmodule and chaindbCompact act on the process.
-// The read-only debug_ methods indexers use (debug_trace*, debug_getRaw*,
-// debug_storageRangeAt, …) pass.
+// freeOSMemory, verbosity, vmodule and chaindbCompact act on the process;
+// clearTxpool empties the node's mempool (every client's pending
+// transactions), standardTrace*ToFile write a trace file per transaction on
+// the node's disk, traceBlockFromFile reads any path on the node's host,
+// and sync sets the node's sync target.
+// The read-only debug_ methods indexers use (debug_trace* but
+// traceBlockFromFile, debug_getRaw*, debug_storageRangeAt, …) pass.
 var DefaultDenyMethods = []string{
 	"admin_*", "personal_*", "miner_*",
 	"debug_set*", "debug_*profile*", "debug_*gotrace", "debug_freeOSMemory",
 	"debug_verbosity", "debug_vmodule", "debug_chaindbCompact",
+	"debug_clearTxpool", "debug_standardTrace*", "debug_traceBlockFromFile", "debug_sync",
 }
 
 // policy answers the per-method questions: may it be called, may it be

@@ -36,6 +36,13 @@ func TestPolicyDenied(t *testing.T) {
 		{"debug_verbosity", true},
 		{"debug_vmodule", true},
 		{"debug_chaindbCompact", true},
+		{"debug_clearTxpool", true},
+		{"debug_standardTraceBlockToFile", true},
+		{"debug_standardTraceBadBlockToFile", true},
+		{"debug_traceBlockFromFile", true},
+		{"debug_sync", true},
+		{"debug_syncing", false}, // not a geth method; only debug_sync is
+		{"debug_traceBadBlock", false},
 		{"debug_traceTransaction", false},
 		{"debug_traceCall", false},
 		{"debug_traceBlockByNumber", false},
