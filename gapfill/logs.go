@@ -279,6 +279,25 @@ func (m *Machine) fetch(k *keyState, now time.Time) {
 	m.fetchRange(k, from, now)
 }
 
+// quietCovered moves on what the live logs keys with no job running have
+// covered, to two blocks below head, the next head pushed on the current
+// connection: the node pushes a block's logs when it takes the block, so
+// by the time it announces head it has pushed every log of the blocks
+// before it (one block is left as margin for pushes still on their way).
+// Without this, a key whose filter matched nothing for a while would
+// still be covered only up to its last log, and the next reconnect would
+// fetch, or count as a too_long gap, every block since.
+func (m *Machine) quietCovered(head uint64) {
+	if head < 2 {
+		return
+	}
+	for _, k := range m.keys {
+		if k.kind == kindLogs && k.live && k.job == nil && k.haveCovered && head-2 > k.covered {
+			k.covered = head - 2
+		}
+	}
+}
+
 // ByHashBlocks is the most blocks a logs job fetches block by block, with
 // eth_getLogs {blockHash}, instead of by range: a few blocks missed (a
 // short cut, a small head jump) are fetched by the hash of each, so that
@@ -328,6 +347,9 @@ func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 func (m *Machine) noteHead(h header, now time.Time) {
 	prev, had := m.nodeHead, m.haveNodeHead
 	m.nodeHead, m.haveNodeHead = h.num, true
+	if had && h.num == prev+1 {
+		m.quietCovered(h.num)
+	}
 	if !had || h.num <= prev+1 {
 		return
 	}

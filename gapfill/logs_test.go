@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -685,5 +686,62 @@ func TestGapTooLongNamesBlocks(t *testing.T) {
 	h.push(headsKey, headJSON(main[30]))
 	if want := []Gap{{Kind: "newHeads", Reason: "too_long", Key: headsKey, From: 11, To: 25}}; !slices.Equal(h.fullGaps, want) {
 		t.Errorf("newHeads: gaps %+v, want %+v", h.fullGaps, want)
+	}
+}
+
+// TestLogsQuietKeyCovered: a logs key whose filter matched nothing while
+// the node went on announcing heads is covered up to those heads, so a
+// reconnect fetches only the blocks since (not every block since its last
+// log) and counts no too_long gap. A key that was not live on the
+// connection (lost, not yet resubscribed) is not moved on.
+func TestLogsQuietKeyCovered(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	n := &node{chain: main, head: 10, logs: logsOf(main, 1, 10)} // no logs after block 10
+	h := newHarness(t, Config{Blocks: 8}, n)
+	liveHeadsAndLogs(h, main, 10)
+	for b := uint64(11); b <= 40; b++ {
+		n.head = b
+		h.push(headsKey, headJSON(main[b]))
+	}
+	h.m.Disconnected()
+	// Heads on the next connection before the logs key is live again
+	// must not move it on: blocks 41 and 42 are still owed to it.
+	n.head = 43
+	n.seen = nil
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.push(headsKey, headJSON(main[43]))
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	if len(h.fullGaps) != 0 {
+		t.Errorf("gaps %+v, want none", h.fullGaps)
+	}
+	lowest := uint64(1 << 62)
+	for _, s := range n.seen {
+		if s.Method != "eth_getLogs" {
+			continue
+		}
+		var p []map[string]json.RawMessage
+		if err := json.Unmarshal(s.Params, &p); err != nil || len(p) != 1 {
+			t.Fatalf("eth_getLogs params %s", s.Params)
+		}
+		if from, ok := p[0]["fromBlock"]; ok {
+			var hex string
+			_ = json.Unmarshal(from, &hex)
+			v, err := strconv.ParseUint(strings.TrimPrefix(hex, "0x"), 16, 64)
+			if err != nil {
+				t.Fatalf("fromBlock %s", from)
+			}
+			lowest = min(lowest, v)
+			continue
+		}
+		for b, blk := range main {
+			if string(p[0]["blockHash"]) == `"`+blk.hash+`"` {
+				lowest = min(lowest, b)
+			}
+		}
+	}
+	// Covered up to 40-2 when the connection was lost: 39 is the first
+	// block fetched.
+	if lowest != 39 {
+		t.Errorf("lowest block fetched for the logs key: %d, want 39 (gaps %+v, pending %d)", lowest, h.fullGaps, len(h.pending))
 	}
 }

@@ -196,6 +196,10 @@ type keyState struct {
 	// on instead of starting it over.
 	fetched map[string]header
 
+	// live: the key's subscription is live on the current connection
+	// (Live since the last Disconnected).
+	live bool
+
 	job  *job
 	held [][]byte // pushes (params.result, copied) held while job runs
 }
@@ -318,8 +322,12 @@ func newKey(key string) *keyState {
 // earlier connection (a resubscribe): pushes may have been missed.
 func (m *Machine) Live(key string, now time.Time) Effects {
 	k := m.keys[key]
+	if k != nil {
+		k.live = true
+	}
 	if k == nil {
 		k = newKey(key)
+		k.live = true
 		m.keys[key] = k
 		if k.kind == kindLogs && m.Enabled() {
 			// Where the key starts: logs from before it are not owed.
@@ -416,6 +424,7 @@ func (m *Machine) Disconnected() {
 	clear(m.headWaits)
 	m.haveNodeHead = false // the next connection's job covers the outage
 	for _, k := range m.keys {
+		k.live = false
 		k.owedTo = 0
 		if j := k.job; j != nil && k.kind == kindHeads {
 			m.keepFetched(k, j)
