@@ -745,3 +745,32 @@ func TestLogsQuietKeyCovered(t *testing.T) {
 		t.Errorf("lowest block fetched for the logs key: %d, want 39 (gaps %+v, pending %d)", lowest, h.fullGaps, len(h.pending))
 	}
 }
+
+// TestLogsFilterAsNodeReadsIt: the backfill asks eth_getLogs with the
+// filter as the node reads the subscription's: member names matched
+// without regard to case, the last spelling winning, range members in any
+// spelling dropped (the backfill sets its own).
+func TestLogsFilterAsNodeReadsIt(t *testing.T) {
+	for _, tc := range []struct {
+		name, key, want string
+	}{
+		{"plain", `["logs",{"address":"0x1","topics":["0xa"]}]`, `[{"address":"0x1","fromBlock":"0x5","toBlock":"0x6","topics":["0xa"]}]`},
+		{"the last spelling of address wins", `["logs",{"address":"0x1","ADDRESS":"0x2"}]`, `[{"address":"0x2","fromBlock":"0x5","toBlock":"0x6"}]`},
+		{"the last spelling of topics wins", `["logs",{"TOPICS":["0xa"],"topics":["0xb"]}]`, `[{"fromBlock":"0x5","toBlock":"0x6","topics":["0xb"]}]`},
+		{"range members in any spelling dropped", `["logs",{"address":"0x1","blockhash":"0x00","FromBlock":"0x1","TOBLOCK":"0x2"}]`, `[{"address":"0x1","fromBlock":"0x5","toBlock":"0x6"}]`},
+		{"escaped name", `["logs",{"address":"0x1","\u0061ddress":"0x3"}]`, `[{"address":"0x3","fromBlock":"0x5","toBlock":"0x6"}]`},
+		{"other members kept", `["logs",{"address":"0x1","extra":true}]`, `[{"address":"0x1","extra":true,"fromBlock":"0x5","toBlock":"0x6"}]`},
+		{"no filter", `["logs"]`, `[{"fromBlock":"0x5","toBlock":"0x6"}]`},
+		{"not an object", `["logs",[1]]`, `[{"fromBlock":"0x5","toBlock":"0x6"}]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name, f := subscriptionName(tc.key)
+			if name != "logs" {
+				t.Fatalf("name %q", name)
+			}
+			if got := string(getLogsParams(f, 5, 6)); got != tc.want {
+				t.Errorf("eth_getLogs params\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}

@@ -179,7 +179,8 @@ func pushResult(params []byte) ([]byte, bool) {
 }
 
 // subscriptionName returns the subscription name of a key (canonical
-// eth_subscribe params) and, for logs, its filter object's members.
+// eth_subscribe params) and, for logs, its filter object's members as the
+// node reads them (see logsFilter).
 func subscriptionName(key string) (string, map[string]json.RawMessage) {
 	var v []json.RawMessage
 	if json.Unmarshal([]byte(key), &v) != nil || len(v) == 0 {
@@ -192,16 +193,53 @@ func subscriptionName(key string) (string, map[string]json.RawMessage) {
 	if name != "logs" {
 		return name, nil
 	}
-	f := map[string]json.RawMessage{}
 	if len(v) > 1 {
-		if json.Unmarshal(v[1], &f) != nil || f == nil {
-			f = map[string]json.RawMessage{}
-		}
+		return name, logsFilter(v[1])
 	}
-	delete(f, "fromBlock")
-	delete(f, "toBlock")
-	delete(f, "blockHash")
-	return name, f
+	return name, map[string]json.RawMessage{}
+}
+
+// filterMembers are the members of a logs filter the node knows; it
+// matches their names without regard to case (Go's encoding/json, as geth
+// decodes), the last of several spellings winning.
+var filterMembers = []string{"address", "topics", "fromBlock", "toBlock", "blockHash"}
+
+// logsFilter returns the members of the filter object raw as the node
+// reads them, for the backfill's eth_getLogs: a known member under its
+// own name (`ADDRESS` is `address`), the last spelling given winning,
+// and without its range members in any spelling (`blockhash`,
+// `FromBlock`), which the backfill sets itself. Other members stay as
+// written (the node ignores them). Something that is not an object is an
+// empty filter.
+func logsFilter(raw json.RawMessage) map[string]json.RawMessage {
+	f := map[string]json.RawMessage{}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return f
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return map[string]json.RawMessage{}
+		}
+		name, _ := t.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return map[string]json.RawMessage{}
+		}
+		for _, m := range filterMembers {
+			if strings.EqualFold(name, m) {
+				name = m
+				break
+			}
+		}
+		switch name {
+		case "fromBlock", "toBlock", "blockHash":
+			continue
+		}
+		f[name] = val
+	}
+	return f
 }
 
 // getLogsParams builds eth_getLogs params: the key's filter over
