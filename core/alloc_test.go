@@ -180,8 +180,8 @@ func TestBatchArenasReused(t *testing.T) {
 			req = append(req, `{"jsonrpc":"2.0","id":`+id+`,"method":"eth_call","params":[{"to":"0x6b175474e89094c44da98b954eedeac495271d0f","data":"0x`+strconv.Itoa(i*k)+`"},"latest"]}`)
 			want = append(want, id)
 		}
-		out := h.clientFrame(1, "["+joinComma(req)+"]")
-		if len(out) != 1 || !startsWith(out[0], "up> [") {
+		out := h.clientFrame(1, "["+strings.Join(req, ",")+"]")
+		if len(out) != 1 || !strings.HasPrefix(out[0], "up> [") {
 			t.Fatalf("batch %d: %v, want one upstream array", i, out)
 		}
 		var sent []struct {
@@ -202,9 +202,9 @@ func TestBatchArenasReused(t *testing.T) {
 			ans = append(ans, res(string(sent[k].ID), r))
 			exp = append(exp, res(want[k], r))
 		}
-		got := h.upstreamFrame(0, "["+joinComma(ans)+"]", false)
-		if len(got) != 1 || got[0] != "c1< ["+joinComma(exp)+"]" {
-			t.Fatalf("batch %d: delivered %v, want c1< [%s]", i, got, joinComma(exp))
+		got := h.upstreamFrame(0, "["+strings.Join(ans, ",")+"]", false)
+		if len(got) != 1 || got[0] != "c1< ["+strings.Join(exp, ",")+"]" {
+			t.Fatalf("batch %d: delivered %v, want c1< [%s]", i, got, strings.Join(exp, ","))
 		}
 		d := h.e.Deliveries[0]
 		if long {
@@ -226,7 +226,3 @@ func TestBatchArenasReused(t *testing.T) {
 		t.Errorf("%d arenas made for 40 batches one after another, want 1", made)
 	}
 }
-
-func joinComma(s []string) string { return strings.Join(s, ",") }
-
-func startsWith(s, prefix string) bool { return strings.HasPrefix(s, prefix) }

@@ -322,9 +322,6 @@ func newKey(key string) *keyState {
 // earlier connection (a resubscribe): pushes may have been missed.
 func (m *Machine) Live(key string, now time.Time) Effects {
 	k := m.keys[key]
-	if k != nil {
-		k.live = true
-	}
 	if k == nil {
 		k = newKey(key)
 		k.live = true
@@ -335,6 +332,7 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		}
 		return m.take()
 	}
+	k.live = true
 	switch {
 	case k.kind == kindOther:
 		m.gap(k, "not_backfillable")
@@ -374,10 +372,10 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 // latestAnswered takes the node's head block, asked when newHeads key k
 // became live again and the node pushed nothing for HeadWait, as if the
 // node had pushed it: a head above the last delivered one is delivered,
-// with the heads missed below it fetched first (onHead). An answer that comes after a push started a job,
-// or that is no block, or not above the last delivered head (a node behind
-// the one before it), changes nothing: the node's pushes carry on from
-// there under the usual rules.
+// with the heads missed below it fetched first (onHead). An answer that
+// comes after a push started a job, or that is no block, or not above the
+// last delivered head (a node behind the one before it), changes nothing:
+// the node's pushes carry on from there under the usual rules.
 func (m *Machine) latestAnswered(k *keyState, result []byte, now time.Time) {
 	if k.kind != kindHeads || k.job != nil || !k.haveLast || result == nil {
 		return

@@ -196,9 +196,8 @@ var errResponseTooLarge = router.ErrorLimit.Because("response too large")
 // answered them so, and the connection goes on. Whom it answered comes
 // from its id (router.TruncatedResponseID): that call, or, when the message
 // is an array, every call of the client batch's upstream array in flight
-// that the id is one of (core.AnsweredBy). A
-// message whose id is not in head is counted and logged; its requests get
-// -32002 at their deadline.
+// that the id is one of (core.AnsweredBy). A message whose id is not in
+// head is counted and logged; its requests get -32002 at their deadline.
 func (s *Server) tooLarge(u *upstreamConn, head []byte) {
 	s.metrics.limit("upstream_read")
 	span, inArray, ok := router.TruncatedResponseID(head)
