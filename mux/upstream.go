@@ -206,7 +206,7 @@ func (s *Server) tooLarge(u *upstreamConn, head []byte) {
 		uid, ok = router.ParseUpstreamID(span.In(head))
 	}
 	if !ok {
-		s.log.Warn("upstream message past upstream_read_limit thrown away, with no id in its first bytes (a push, or an answer whose id follows its result: that request gets -32002 at its deadline)",
+		s.log.Warn("upstream message past upstream_read_limit thrown away, with no id in its first bytes (a push, or an answer whose id follows a result longer than that: its request gets -32002 at its deadline)",
 			"limit", s.cfg.UpstreamReadLimit)
 		return
 	}

@@ -65,10 +65,13 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // TruncatedResponseID finds the id of a response from the first bytes of a
 // message too large to keep (the rest discarded unread): the id member of
 // the object the message starts with, or of the first element when it is an
-// array (inArray). It reads members in order up to the id, so ok is false
-// when the id comes after a result or an error (whose value may run past
-// head), when a member before it does not end within head, or when head
-// does not start like a response at all.
+// array (inArray). It reads the members within head in order and, as a full
+// scan does, a later id member replaces an earlier one; members after head
+// are not known, so an id is taken as found once a member's value (the
+// result, usually) runs past head. ok is false when no whole id is among
+// the members before that point (an id that comes after a result or error
+// which runs past head, or an id cut by head's end), or when head does not
+// start like a response at all.
 func TruncatedResponseID(head []byte) (id Span, inArray, ok bool) {
 	b := head
 	i := skipSpace(b, 0)
@@ -79,26 +82,28 @@ func TruncatedResponseID(head []byte) (id Span, inArray, ok bool) {
 	if i >= len(b) || b[i] != '{' {
 		return Span{}, false, false
 	}
+	var found Span
 	it := objectMembers(b, i)
 	for {
 		key, more, err := it.next()
 		if err != nil || !more {
-			return Span{}, false, false
+			break // the object ends, or head ends, within or after a member
 		}
-		switch memberOf(key) {
-		case memID:
-			end, err := skipValue(b, it.i, 1)
+		end, err := skipValue(b, it.i, 1)
+		if memberOf(key) == memID {
 			// A number that ends where head ends may have been cut: the
 			// id is whole only when what follows it is in head.
 			if j := skipSpace(b, end); err != nil || j >= len(b) || (b[j] != ',' && b[j] != '}') {
 				return Span{}, false, false
 			}
-			return Span{it.i, end - it.i}, inArray, true
-		case memResult, memError:
-			return Span{}, false, false
+			found = Span{it.i, end - it.i}
+		} else if err != nil {
+			break // a value that runs past head
 		}
-		if it.i, err = skipValue(b, it.i, 1); err != nil {
-			return Span{}, false, false
-		}
+		it.i = end
 	}
+	if !found.Present() {
+		return Span{}, false, false
+	}
+	return found, inArray, true
 }
