@@ -725,6 +725,54 @@ func TestFailoverScenarios(t *testing.T) {
 			failovers: map[failover.Reason]float64{failover.ReasonStalled: 1},
 		},
 		{
+			// Node 0 stops reading (its handler hangs on the client's
+			// read, so nothing more is read on that connection and no
+			// ping is answered) but goes on pushing heads, level with
+			// node 1: heads alone never make it unhealthy. keepalive
+			// finds it deaf and drops the connection: node 1 is active,
+			// reason lost, and the read is sent again to node 1.
+			name: "deaf active",
+			cfg: func(c *Config) {
+				c.PingInterval = 300 * time.Millisecond
+				c.PingTimeout = 300 * time.Millisecond
+			},
+			run: func(t *testing.T, f *failNet, c clients) []int {
+				n := f.nodes[0]
+				hung := make(chan struct{})
+				var once sync.Once
+				n.SetHandler(func(fc *testnode.Conn, r testnode.Req) {
+					if r.Method == "eth_getBlockByNumber" && !strings.HasSuffix(string(r.Params), "false]") {
+						once.Do(func() { close(hung) })
+						<-n.Done() // until the test ends
+						return
+					}
+					n.Handle(fc, r)
+				})
+				c.req.send(readBlock11)
+				select {
+				case <-hung:
+				case <-time.After(testTimeout):
+					t.Fatal("node 0 never got the read")
+				}
+				start := time.Now()
+				for f.srv.Active() != 1 {
+					f.advance(0, 1) // level: neither lags nor stalls
+					_, ch := f.srv.Connected()
+					select {
+					case <-ch:
+					case <-time.After(100 * time.Millisecond):
+					}
+					if time.Since(start) > testTimeout {
+						t.Fatalf("node 1 not active %v after node 0 stopped reading", testTimeout)
+					}
+				}
+				wantBlock11(t, f, c.req.answer(`"read"`))
+				return []int{1}
+			},
+			path:      []int{0, 1},
+			failovers: map[failover.Reason]float64{failover.ReasonLost: 1},
+		},
+		{
 			// Node 0 is on another chain id. It is down when muxd
 			// starts, so node 1 sets the chain; once up, node 0 is never
 			// active, though preferred, connected, ahead and failback

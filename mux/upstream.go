@@ -110,7 +110,9 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 		_, r, err := u.Reader(context.Background())
 		tooLarge := false
 		if err == nil {
+			u.Reading(true) // keepalive: a pong may come behind this message
 			buf, tooLarge, err = s.frames.readFrame(buf, r, s.cfg.UpstreamReadLimit)
+			u.Reading(false)
 		}
 		if err != nil {
 			return fmt.Errorf("read upstream: %w", err)
@@ -161,6 +163,9 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 		f, err = router.ScanUpstream(frame, u.msgs)
 		u.msgs = f.Messages
 	}
+	if len(f.Messages) > 0 && f.Messages[0].HasID() {
+		u.Answered() // keepalive: the node hears us
+	}
 	if err == nil && len(f.Messages) == 1 && !f.Batch && s.health(u, frame, &f.Messages[0]) {
 		clear(u.msgs)
 		return false
@@ -205,7 +210,9 @@ func (s *Server) tooLarge(u *upstreamConn, head []byte) {
 	if ok {
 		uid, ok = router.ParseUpstreamID(span.In(head))
 	}
-	if !ok {
+	if ok {
+		u.Answered() // keepalive: the node hears us
+	} else {
 		s.log.Warn("upstream message past upstream_read_limit thrown away, with no id in its first bytes (a push, or an answer whose id follows a result longer than that: its request gets -32002 at its deadline)",
 			"limit", s.cfg.UpstreamReadLimit)
 		return

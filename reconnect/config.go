@@ -35,8 +35,10 @@ type Config struct {
 	HealthyAfter time.Duration
 
 	// PingInterval is how long the connection may be quiet (no proof of life,
-	// see PingTimeout) before keepalive sends a ping. A busy connection is not
-	// pinged. 0 means DefaultPingInterval (15s); < 0 disables keepalive.
+	// see PingTimeout), or go unheard (no pong and no answer, see
+	// PingTimeout), before keepalive sends a ping. A busy connection whose
+	// requests are answered is not pinged. 0 means DefaultPingInterval
+	// (15s); < 0 disables keepalive.
 	PingInterval time.Duration
 
 	// PingTimeout is how long after that ping the connection may still show no
@@ -47,6 +49,11 @@ type Config struct {
 	// the socket to make room and then completed: a node that reads our
 	// backlog, however slowly, is alive even while a ping would wait behind
 	// that backlog. With a Dial other than [WebSocketDialer] only pongs count.
+	// A connection that shows progress but is not heard (no pong, no answer
+	// reported by [Conn.Answered], no blocked write of ours completed) for
+	// PingTimeout after a ping, while serve is not in the middle of a message
+	// ([Conn.Reading]), is dropped too: the node sends (pushes, say) but takes
+	// nothing of ours.
 	// <= 0 means DefaultPingTimeout (10s).
 	PingTimeout time.Duration
 

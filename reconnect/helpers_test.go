@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/base64"
+	"encoding/binary"
 	"io"
 	"log/slog"
 	"net"
@@ -155,9 +156,10 @@ func attr(r slog.Record, key string) slog.Value {
 // pipeNode is a WebSocket node served over in-memory pipes, so that a test
 // can run node and client inside a synctest bubble.
 type pipeNode struct {
-	l        *pipeListener
-	srv      *http.Server
-	handlers sync.WaitGroup
+	l         *pipeListener
+	srv       *http.Server
+	handlers  sync.WaitGroup
+	closeDone func() // newDeafNode's: stops its senders; nil otherwise
 }
 
 // newPipeNode serves h for every connection dialled through the node's
@@ -203,6 +205,54 @@ func newBlackHoleNode() *pipeNode {
 	return n
 }
 
+// newDeafNode is a node that accepts the WebSocket handshake, then reads
+// and discards everything muxd sends (frames, pings: it never answers one)
+// while send writes to the socket what it likes (raw frames, see
+// serverFrame) until the connection fails or done is closed.
+func newDeafNode(send func(w io.Writer, done <-chan struct{})) *pipeNode {
+	n := &pipeNode{l: &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}}
+	done := make(chan struct{})
+	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.handlers.Add(1)
+		defer n.handlers.Done()
+		sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+			base64.StdEncoding.EncodeToString(sum[:]) + "\r\n\r\n")
+		if rw.Flush() != nil {
+			return
+		}
+		var sending sync.WaitGroup
+		defer sending.Wait()
+		defer conn.Close() // ends send's writes
+		sending.Go(func() { send(conn, done) })
+		io.Copy(io.Discard, rw)
+	})}
+	n.closeDone = func() { close(done) }
+	go n.srv.Serve(n.l)
+	return n
+}
+
+// serverFrame returns the header of an unmasked server frame: a final text
+// frame carrying n bytes.
+func serverFrame(n int) []byte {
+	h := []byte{0x81}
+	switch {
+	case n < 126:
+		h = append(h, byte(n))
+	case n < 1<<16:
+		h = append(h, 126, byte(n>>8), byte(n))
+	default:
+		h = append(h, 127)
+		h = binary.BigEndian.AppendUint64(h, uint64(n))
+	}
+	return h
+}
+
 // dial is a dialNet for webSocketDialer: it connects to the node whatever
 // the address.
 func (n *pipeNode) dial(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -219,6 +269,9 @@ func (n *pipeNode) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 
 // stop closes the node and waits for its handlers to return.
 func (n *pipeNode) stop() {
+	if n.closeDone != nil {
+		n.closeDone()
+	}
 	n.srv.Close()
 	n.handlers.Wait()
 }

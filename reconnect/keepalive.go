@@ -18,25 +18,33 @@ type pinger interface {
 }
 
 // keepalive watches c until ctx is done and drops it once the node has
-// shown no sign of life for too long. It judges by progress, not by pongs
-// alone: a pong can wait behind muxd's own queue of writes for much longer
-// than the node takes to read them, and a node that reads is alive.
+// shown no sign of life for too long, or has stopped hearing us. It judges
+// by progress and hearing ([liveness]), not by pongs alone: a pong can wait
+// behind muxd's own queue of writes for much longer than the node takes to
+// read them, and a node that reads is alive.
 //
-// The rule, with proof of life as [liveness] defines it (any byte read from
-// the node, a write of ours that waited for the socket to make room, a
-// pong):
+// The rule:
 //
-//   - While proof of life keeps coming at least every interval, nothing is
-//     sent: a busy connection is not pinged.
-//   - Once the connection has been quiet for interval, keepalive sends a
-//     ping, unless our own writes are queued (the ping would only wait
-//     behind them; whether they move is the question, and it is being
-//     watched anyway).
+//   - While proof of life and hearing keep coming at least every interval,
+//     nothing is sent: a busy connection whose requests are answered is not
+//     pinged.
+//   - Once the connection has been quiet, or unheard, for interval,
+//     keepalive sends a ping. While our own writes are queued the ping
+//     waits for them to go out (it would only wait behind them), looking
+//     again every askRetry.
 //   - If nothing has progressed timeout after that, the node is declared
 //     dead: keepalive closes c with CloseNow, so that serve's Read fails,
 //     and returns an error wrapping ErrPingTimeout. So a node that neither
 //     sends nor reads anything is dropped interval+timeout after its last
 //     sign of life, as a silent one was with plain pings.
+//   - If bytes came but nothing was heard (no pong, no answer, no blocked
+//     write of ours completed) by the end of the ping's timeout, and a
+//     message that began after the ping has been read whole (so the pong
+//     is not waiting behind a long message begun before it), the node is
+//     declared deaf and dropped the same way: it sends (pushes heads and
+//     logs, say) but takes nothing of ours, so every request on the
+//     connection would wait out its deadline. Otherwise the next round
+//     pings again.
 //
 // coder/websocket only sees pongs while someone reads c, so keepalive relies
 // on serve reading concurrently. It returns nil when ctx is done. A ping it
@@ -45,34 +53,46 @@ type pinger interface {
 func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout time.Duration) error {
 	t := time.NewTimer(interval)
 	defer t.Stop()
-	var pinging chan struct{} // closed when the last ping started has ended
+	var p *pingCall // the last ping started
 	for {
-		t.Reset(interval - live.quietFor())
+		t.Reset(interval - max(live.quietFor(), live.unheardFor()))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		if live.quietFor() < interval {
+		if live.quietFor() < interval && live.unheardFor() < interval {
 			continue
 		}
-		// Quiet for interval: ask, and give the node timeout to show life.
-		mark := live.progress()
-		if !live.backlogged() && !running(pinging) {
-			pinging = make(chan struct{})
-			go ping(c, live, timeout, pinging)
+		// Quiet or unheard for interval: ask, and give the node timeout to
+		// show life and to be heard.
+		mark, heardMark := live.progress(), live.hearing()
+		asked := p.running() // a ping sent earlier is still out
+		ask := func() {
+			if !asked && !live.backlogged() {
+				p = startPing(c, live, timeout)
+				asked = true
+			}
 		}
+		ask()
 		t.Reset(timeout)
 		for waiting := true; waiting; {
-			pong := pinging
-			if !running(pong) {
-				pong = nil // an ended ping has nothing more to say
+			var pong <-chan struct{}
+			if p.running() {
+				pong = p.done // a pong ends the wait early
+			}
+			var retry <-chan time.Time
+			if !asked {
+				// Our writes were queued: ask as soon as they are out.
+				retry = time.After(askRetry)
 			}
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-pong: // a pong ends the wait early
-				waiting = live.progress() == mark
+			case <-pong:
+				waiting = live.progress() == mark || live.hearing() == heardMark
+			case <-retry:
+				ask()
 			case <-t.C:
 				waiting = false
 			}
@@ -81,28 +101,60 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 			c.CloseNow()
 			return fmt.Errorf("%w: nothing from the node and none of our writes taken for %s", ErrPingTimeout, live.quietFor().Round(time.Millisecond))
 		}
+		if !asked || live.hearing() != heardMark {
+			continue
+		}
+		// Bytes came, nothing was heard: let the ping run its course.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.done:
+		}
+		if !p.ponged && live.hearing() == heardMark && live.msgEnds.Load() > p.msgsBefore {
+			c.CloseNow()
+			return fmt.Errorf("%w: the node sends but has taken nothing of ours (no pong, no answer) for %s", ErrPingTimeout, live.unheardFor().Round(time.Millisecond))
+		}
 	}
 }
 
-// ping sends one ping and records its pong as proof of life. Its context is
-// not keepalive's: cancelling a ping while coder/websocket writes it closes
-// the connection, so it ends on its own, by pong, timeout or close.
-func ping(c pinger, live *liveness, timeout time.Duration, done chan struct{}) {
-	defer close(done)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if c.Ping(ctx) == nil {
-		live.progressed()
-	}
+// askRetry is how often keepalive looks again, while our own writes are
+// queued, for the moment it can send its ping.
+const askRetry = 10 * time.Millisecond
+
+// pingCall is one ping under way.
+type pingCall struct {
+	done   chan struct{} // closed when the ping has ended
+	ponged bool          // whether it ended with a pong; read after done
+	// msgsBefore is how many messages serve had begun reading when the
+	// ping was sent: a message numbered above it began after the ping.
+	msgsBefore uint64
 }
 
-// running reports whether the ping that will close done has not ended.
-func running(done chan struct{}) bool {
-	if done == nil {
+// startPing sends one ping and records its pong as proof of life and of
+// hearing. Its context is not keepalive's: cancelling a ping while
+// coder/websocket writes it closes the connection, so it ends on its own,
+// by pong, timeout or close.
+func startPing(c pinger, live *liveness, timeout time.Duration) *pingCall {
+	p := &pingCall{done: make(chan struct{}), msgsBefore: live.msgStarts.Load()}
+	go func() {
+		defer close(p.done)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if c.Ping(ctx) == nil {
+			p.ponged = true
+			live.heard()
+		}
+	}()
+	return p
+}
+
+// running reports whether p (nil: none) has not ended.
+func (p *pingCall) running() bool {
+	if p == nil {
 		return false
 	}
 	select {
-	case <-done:
+	case <-p.done:
 		return false
 	default:
 		return true

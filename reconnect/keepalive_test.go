@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -188,4 +190,164 @@ func TestKeepaliveJudgesByProgress(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKeepaliveDropsDeafNode: a node that goes on sending but takes nothing
+// of ours (no pong, no answer) is dropped, as a silent one is, however many
+// pushes it sends; one that hears us (a pong, or answers that serve reports)
+// is kept; and the verdict waits while a message is being read, behind
+// which the pong may be. In a synctest bubble: fake time, in-memory sockets.
+func TestKeepaliveDropsDeafNode(t *testing.T) {
+	const (
+		interval = 2 * time.Second
+		timeout  = 2 * time.Second
+		every    = 100 * time.Millisecond // the node's pushes, muxd's requests
+		watchFor = 30 * time.Second
+	)
+	push := []byte(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{"number":"0x1"}}}`)
+	answer := []byte(`{"jsonrpc":"2.0","id":1,"result":"0x1"}`)
+	// pushing writes a push every interval until done or the socket fails.
+	pushing := func(w io.Writer, done <-chan struct{}) {
+		for {
+			if _, err := w.Write(append(serverFrame(len(push)), push...)); err != nil {
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(every):
+			}
+		}
+	}
+	// slowMessage writes one message of 64 MiB, 16 KiB per push interval:
+	// it lasts longer than the test watches.
+	slowMessage := func(w io.Writer, done <-chan struct{}) {
+		const size, chunk = 64 << 20, 16 << 10
+		if _, err := w.Write(serverFrame(size)); err != nil {
+			return
+		}
+		part := bytes.Repeat([]byte("x"), chunk)
+		for range size / chunk {
+			if _, err := w.Write(part); err != nil {
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(every):
+			}
+		}
+	}
+	// hearing reads and pushes like a node that works: it reads muxd's
+	// frames (so coder/websocket answers pings), answering each if answers.
+	hearing := func(answers bool) func(c *websocket.Conn, _ *http.Request) {
+		return func(c *websocket.Conn, _ *http.Request) {
+			ctx := context.Background()
+			go pushing(websocketWriter{c}, nil)
+			for {
+				if _, _, err := c.Read(ctx); err != nil {
+					return
+				}
+				if answers {
+					if c.Write(ctx, websocket.MessageText, answer) != nil {
+						return
+					}
+				}
+			}
+		}
+	}
+	tests := []struct {
+		name     string
+		node     func() *pipeNode
+		lostWhen time.Duration // 0: kept for watchFor
+	}{
+		{"pushes, takes nothing", func() *pipeNode { return newDeafNode(pushing) }, interval + timeout},
+		{"pushes, pongs, answers nothing", func() *pipeNode { return newPipeNode(hearing(false)) }, 0},
+		{"pushes, answers every request", func() *pipeNode { return newPipeNode(hearing(true)) }, 0},
+		{"one slow message, takes nothing", func() *pipeNode { return newDeafNode(slowMessage) }, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				node := tt.node()
+				defer node.stop()
+				logs := newLogRecorder()
+				s := New(Config{
+					Dial:         webSocketDialer("ws://node.test/", nil, -1, node.dial),
+					NewBackOff:   fastBackOff,
+					PingInterval: interval,
+					PingTimeout:  timeout,
+					Logger:       slog.New(logs),
+				})
+				var traffic sync.WaitGroup
+				defer traffic.Wait() // after stop: the connection is closed
+				start := time.Now()
+				stop := runSupervisor(t, s, func(ctx context.Context, c *Conn) error {
+					traffic.Go(func() { // muxd's requests; end once the connection fails
+						req := []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}`)
+						for c.Write(context.Background(), websocket.MessageText, req) == nil {
+							time.Sleep(every)
+						}
+					})
+					return readReporting(ctx, c)
+				})
+				defer stop()
+
+				if tt.lostWhen == 0 {
+					time.Sleep(watchFor)
+					synctest.Wait()
+					for len(logs.ch) > 0 {
+						if r := <-logs.ch; r.Message == "upstream lost" {
+							t.Fatalf("a node that hears us was dropped after %v: %v", attr(r, "lived"), attr(r, "err"))
+						}
+					}
+					stop()
+					return
+				}
+				r := logs.next(t, "upstream lost")
+				err, _ := attr(r, "err").Any().(error)
+				if !errors.Is(err, ErrPingTimeout) || !strings.Contains(err.Error(), "taken nothing of ours") {
+					t.Errorf("upstream lost err = %v, want ErrPingTimeout for a node that takes nothing", err)
+				}
+				// The ping goes out once muxd's own write of the moment is
+				// out (askRetry), a little after the check.
+				if lived := time.Since(start); lived < tt.lostWhen || lived > tt.lostWhen+every {
+					t.Errorf("dropped after %s, want %s (+ up to %s)", lived, tt.lostWhen, every)
+				}
+				stop()
+			})
+		})
+	}
+}
+
+// readReporting is a serve function body that reads as muxd's does: it
+// tells keepalive while it reads a message (Reading) and which messages
+// answer a request (Answered: those with an id), until the connection
+// fails.
+func readReporting(ctx context.Context, c *Conn) error {
+	for {
+		_, r, err := c.Reader(ctx)
+		if err != nil {
+			return err
+		}
+		c.Reading(true)
+		msg, err := io.ReadAll(r)
+		c.Reading(false)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(msg, []byte(`"id"`)) {
+			c.Answered()
+		}
+	}
+}
+
+// websocketWriter writes each Write as one text message on c.
+type websocketWriter struct{ c *websocket.Conn }
+
+func (w websocketWriter) Write(p []byte) (int, error) {
+	if err := w.c.Write(context.Background(), websocket.MessageText, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

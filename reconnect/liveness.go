@@ -7,7 +7,9 @@ import (
 )
 
 // liveness records when one upstream connection last showed that the node
-// is alive: proof of life, as keepalive judges it. Two things count:
+// is alive, as keepalive judges it. It keeps two kinds of proof.
+//
+// Progress, proof that the node's side of the connection moves at all:
 //
 //   - any byte read from the node's socket (an answer, a push, a pong, or
 //     part of one: a large answer arriving slowly counts all along);
@@ -19,19 +21,35 @@ import (
 //     node is gone. (A node whose process hangs with a live kernel is
 //     caught once its receive buffer is full and our writes stop.)
 //
-// A successful ping counts too (its pong is also a byte read), which is all
-// there is when the connection was made by a DialFunc other than
+// Hearing, proof that the node reads and acts on what we send: a pong, an
+// answer to one of our requests (serve reports it, [Conn.Answered]), or a
+// blocked write that completed (as above). Bytes read alone are not: a
+// node whose reading has stopped (its request handling hung, or the path
+// towards it frozen) may go on pushing subscription notifications.
+//
+// A successful ping counts as both (its pong is also a byte read), which is
+// all there is when the connection was made by a DialFunc other than
 // [WebSocketDialer].
 //
-// Concurrency: progressed is called by whichever goroutines read and write
-// the socket (serve's reader, the coalescer's flusher, a ping), the other
-// methods by the keepalive goroutine; watch by the dialer before the socket
-// is used. Everything is atomic.
+// msgStarts and msgEnds count the messages serve began and finished
+// reading (see [Conn.Reading]): a pong comes after whatever message the node
+// was writing when it read our ping, so keepalive judges a node deaf only
+// once a message that began after the ping has ended.
+//
+// Concurrency: progressed and heard are called by whichever goroutines read
+// and write the socket (serve's reader, the coalescer's flusher, a ping),
+// the other methods by the keepalive goroutine; watch by the dialer before
+// the socket is used. Everything is atomic.
 type liveness struct {
-	start time.Time // monotonic origin of last
+	start time.Time // monotonic origin of last and lastHeard
 	last  atomic.Int64
 	count atomic.Uint64
-	conn  atomic.Pointer[coalescingConn] // the socket, once the dialer made it
+	// lastHeard and heardCount are hearing's last and count.
+	lastHeard  atomic.Int64
+	heardCount atomic.Uint64
+	msgStarts  atomic.Uint64
+	msgEnds    atomic.Uint64
+	conn       atomic.Pointer[coalescingConn] // the socket, once the dialer made it
 }
 
 func newLiveness() *liveness { return &liveness{start: time.Now()} }
@@ -41,6 +59,23 @@ func (l *liveness) progressed() {
 	l.last.Store(int64(time.Since(l.start)))
 	l.count.Add(1)
 }
+
+// heard records proof that the node reads and acts on what we send (see
+// liveness); it is progress too.
+func (l *liveness) heard() {
+	l.progressed()
+	l.lastHeard.Store(l.last.Load())
+	l.heardCount.Add(1)
+}
+
+// unheardFor is how long ago hearing was last recorded (or the liveness
+// made, if never).
+func (l *liveness) unheardFor() time.Duration {
+	return time.Since(l.start) - time.Duration(l.lastHeard.Load())
+}
+
+// hearing is a counter that changes whenever hearing is recorded.
+func (l *liveness) hearing() uint64 { return l.heardCount.Load() }
 
 // quietFor is how long ago proof of life was last recorded (or the
 // liveness made, if never).

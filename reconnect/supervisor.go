@@ -25,6 +25,36 @@ type Conn struct {
 	// Gen is the connection's generation: 1 for a Supervisor's first connection, +1
 	// for each new one, never reused.
 	Gen uint64
+	// live is the connection's liveness (see keepalive); nil on a Conn made
+	// outside a Supervisor.
+	live *liveness
+}
+
+// Answered tells keepalive that the node answered one of our requests: it
+// hears us (see [Config.PingTimeout]). serve calls it for each answer it
+// reads, from its reading goroutine; it is an atomic store, cheap enough
+// for every message.
+func (c *Conn) Answered() {
+	if c != nil && c.live != nil {
+		c.live.heard()
+	}
+}
+
+// Reading tells keepalive that serve began reading one message (on) or
+// finished it (off). A pong comes after whatever message the node was
+// writing when it read our ping, so a connection is judged deaf only once a
+// message begun after an unanswered ping has ended, never while a long one
+// begun before it is still arriving; a serve that does not report messages
+// is never judged deaf. Called by serve's reading goroutine, after Reader
+// returns and after the message is read.
+func (c *Conn) Reading(on bool) {
+	if c != nil && c.live != nil {
+		if on {
+			c.live.msgStarts.Add(1)
+		} else {
+			c.live.msgEnds.Add(1)
+		}
+	}
 }
 
 // Supervisor keeps one upstream connection up. Create it with [New]. Run must not be
@@ -86,7 +116,7 @@ func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c 
 			continue
 		}
 
-		c := &Conn{Conn: ws, Gen: s.gen.Add(1)}
+		c := &Conn{Conn: ws, Gen: s.gen.Add(1), live: live}
 		s.log.Info("upstream connected", "gen", c.Gen)
 		start := time.Now()
 		err = s.session(ctx, c, live, serve)
