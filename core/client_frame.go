@@ -303,6 +303,12 @@ func (c *Core) answered(p *router.Pending, code int, now time.Time) {
 		lat = now.Sub(p.Sent)
 	}
 	c.obs.Answered(code, lat)
+	// A transaction's answer, or muxd's timeout or loss for it (it may
+	// have run): what the client learns from it may be newer than any
+	// read in flight. A node's refusal changed nothing.
+	if (code == 0 || code == router.CodeUnavailable) && p.Client != router.Internal && changesState(p.Method) {
+		c.coal.stateChanged()
+	}
 }
 
 // batchDone sends a completed batch's array, and lets the subscriptions it

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"strings"
 	"time"
 
 	"github.com/muxd/muxd/router"
@@ -23,10 +24,12 @@ import (
 // lead's id. A call ends when its answer comes or its last waiter is gone,
 // whichever is first; an answer after that is dropped as unknown.
 //
-// A request joins only a call sent in the same head epoch (headView) and
-// before the lead's deadline: one that saw a new head never gets an answer
-// worked out before it, and a call the node never answers cannot keep
-// absorbing requests. Elements of a client batch neither lead nor join: a
+// A request joins only a call sent in the same head epoch (headView), with
+// no state change answered since (changesState), and before the lead's
+// deadline: one that saw a new head, or the answer to a transaction sent
+// through muxd (its own, or one another client may have told it of), never
+// gets an answer worked out before it, and a call the node never answers
+// cannot keep absorbing requests. Elements of a client batch neither lead nor join: a
 // batch goes upstream as arrays of its own (router.UpstreamBatch).
 
 // DefaultCoalesceMethods are the read-only methods that carry no client
@@ -73,6 +76,9 @@ type coalesceTable struct {
 	byKey  map[string]*call // the call a request with this key joins
 	calls  map[uint64]*call // by the upstream id it was sent under
 	waiter map[uint64]*call // every waiter's upstream id, the lead's included
+	// changes counts the answers muxd has given to calls that may have
+	// changed what reads return (changesState); never reset.
+	changes uint64
 }
 
 // call is one upstream call and the requests waiting on its answer.
@@ -84,6 +90,7 @@ type call struct {
 	live    int      // waiters still waiting
 	joinBy  time.Time
 	epoch   uint64
+	changes uint64 // coalesceTable.changes when it was sent
 }
 
 func newCoalesceTable() coalesceTable {
@@ -93,7 +100,7 @@ func newCoalesceTable() coalesceTable {
 // lead records a call of method sent under uid, which requests with key may join
 // until joinBy, in head epoch epoch.
 func (t *coalesceTable) lead(uid uint64, key, method string, joinBy time.Time, epoch uint64) {
-	k := &call{uid: uid, key: key, method: method, waiters: []uint64{uid}, live: 1, joinBy: joinBy, epoch: epoch}
+	k := &call{uid: uid, key: key, method: method, waiters: []uint64{uid}, live: 1, joinBy: joinBy, epoch: epoch, changes: t.changes}
 	t.byKey[key] = k
 	t.calls[uid] = k
 	t.waiter[uid] = k
@@ -103,7 +110,7 @@ func (t *coalesceTable) lead(uid uint64, key, method string, joinBy time.Time, e
 // nil.
 func (t *coalesceTable) find(key string, now time.Time, epoch uint64) *call {
 	k := t.byKey[key]
-	if k == nil || k.epoch != epoch || !now.Before(k.joinBy) {
+	if k == nil || k.epoch != epoch || k.changes != t.changes || !now.Before(k.joinBy) {
 		return nil
 	}
 	return k
@@ -157,6 +164,41 @@ func (t *coalesceTable) reset() {
 	clear(t.byKey)
 	clear(t.calls)
 	clear(t.waiter)
+}
+
+// stateChanged records that muxd answered a call that may have changed
+// what reads return: no request joins a call sent before it.
+func (t *coalesceTable) stateChanged() { t.changes++ }
+
+// changesState reports whether a successful call of method may change
+// what the coalesced reads return without a new head: a transaction sent
+// into the node's pool (eth_send*, personal_send*: the pending nonce and
+// balance, eth_getTransactionByHash), or a test node's own state changes
+// (evm_*, anvil_*, hardhat_*, ganache_*, miner_*, debug_set*: mining,
+// snapshots, balances set by hand). Filters and subscriptions do not
+// change what other calls return.
+func changesState(method string) bool {
+	// By first letter: it runs for every answer.
+	if method == "" {
+		return false
+	}
+	switch method[0] {
+	case 'e':
+		return strings.HasPrefix(method, "eth_send") || strings.HasPrefix(method, "evm_")
+	case 'p':
+		return strings.HasPrefix(method, "personal_send")
+	case 'a':
+		return strings.HasPrefix(method, "anvil_")
+	case 'h':
+		return strings.HasPrefix(method, "hardhat_")
+	case 'g':
+		return strings.HasPrefix(method, "ganache_")
+	case 'm':
+		return strings.HasPrefix(method, "miner_")
+	case 'd':
+		return strings.HasPrefix(method, "debug_set")
+	}
+	return false
 }
 
 // joined is how many requests in the pending table wait on another's call

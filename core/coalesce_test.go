@@ -413,3 +413,80 @@ func TestCoalesceLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestCoalesceAfterStateChange: a read does not join an identical one sent
+// before muxd answered a transaction (or a test node's state change): the
+// client that got that answer (or heard of it from the one that did) may
+// read only state that includes it, as it would from the node directly.
+// A transaction not yet answered, refused by the node, or a read answered
+// meanwhile changes nothing.
+func TestCoalesceAfterStateChange(t *testing.T) {
+	read := func(id string) string {
+		return request(id, "eth_getTransactionCount", `["0xab","pending"]`)
+	}
+	tx := request(`"tx"`, "eth_sendRawTransaction", `["0x02f8"]`)
+	for _, tc := range []struct {
+		name string
+		// between runs after the first read was sent, and answers what
+		// it sent with the node's reply (nil: leave it in flight).
+		between  string
+		answer   func(t *testing.T, up string) string
+		tick     time.Duration // muxd's deadline passes for what is in flight
+		frames   int           // upstream frames of the second, identical read
+		joinedTo bool          // the second read got the first call's answer
+	}{
+		{"transaction answered", tx, func(t *testing.T, up string) string { return reply(t, up, `"0x1234"`) }, 0, 1, false},
+		{"transaction in a batch answered", `[` + tx + `,` + request(`"bn"`, "eth_blockNumber", `[]`) + `]`,
+			func(t *testing.T, up string) string {
+				var elems []json.RawMessage
+				if err := json.Unmarshal([]byte(up), &elems); err != nil {
+					t.Fatal(err)
+				}
+				return `[` + reply(t, string(elems[0]), `"0x1234"`) + `,` + reply(t, string(elems[1]), `"0x5"`) + `]`
+			}, 0, 1, false},
+		{"test node mined", request(`"m"`, "evm_mine", `[]`), func(t *testing.T, up string) string { return reply(t, up, `"0x0"`) }, 0, 1, false},
+		{"transaction timed out", tx, nil, coalTimeout, 1, false},
+		{"transaction refused by the node", tx, func(t *testing.T, up string) string {
+			return `{"jsonrpc":"2.0","id":` + upID(t, up) + `,"error":{"code":-32000,"message":"nonce too low"}}`
+		}, 0, 0, true},
+		{"transaction not answered yet", tx, nil, 0, 0, true},
+		{"a read answered", request(`"b"`, "eth_getBalance", `["0xab","latest"]`), func(t *testing.T, up string) string { return reply(t, up, `"0x1"`) }, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newCoalRig(t, func(c *Config) { c.RequestTimeout = 2 * coalTimeout })
+			r.connect()
+			a, b := r.join(), r.join()
+			first := r.send(a, read(`1`))
+			if len(first.up) != 1 {
+				t.Fatalf("first read: %d upstream frames", len(first.up))
+			}
+			if tc.tick != 0 {
+				// The read's own deadline is later than the transaction's.
+				r.c.cfg.RequestTimeout = coalTimeout
+			}
+			o := r.send(b, tc.between)
+			if len(o.up) != 1 {
+				t.Fatalf("%s: %d upstream frames", tc.between, len(o.up))
+			}
+			switch {
+			case tc.answer != nil:
+				if got := r.upstream(tc.answer(t, o.up[0])).to[b]; len(got) != 1 {
+					t.Fatalf("client b got %q, want the answer", got)
+				}
+			case tc.tick != 0:
+				if got := r.tick(tc.tick).to[b]; len(got) != 1 || !strings.Contains(got[0], "-32002") {
+					t.Fatalf("client b got %q, want -32002", got)
+				}
+			}
+			second := r.send(b, read(`2`))
+			if len(second.up) != tc.frames {
+				t.Fatalf("second read: %d upstream frames, want %d", len(second.up), tc.frames)
+			}
+			answer := reply(t, first.up[0], `"0x7"`)
+			o = r.upstream(answer)
+			if got := len(o.to[b]) == 1; got != tc.joinedTo {
+				t.Errorf("second read answered with the first's call: %v, want %v", got, tc.joinedTo)
+			}
+		})
+	}
+}
