@@ -490,3 +490,57 @@ func TestCoalesceAfterStateChange(t *testing.T) {
 		})
 	}
 }
+
+// TestCoalesceAfterBlockNumber: with no newHeads subscription, a client
+// that polls learns of a block from eth_blockNumber: a read after an
+// answer above any block seen does not join a call sent before it; one
+// after an answer that shows no new block does.
+func TestCoalesceAfterBlockNumber(t *testing.T) {
+	r := newCoalRig(t, nil)
+	r.connect()
+	call := func(id string) string { return request(id, "eth_call", `[{"to":"0xab"},"latest"]`) }
+	blockNumber := func(cl router.ClientID, id, answer string) {
+		t.Helper()
+		o := r.send(cl, request(id, "eth_blockNumber", `[]`))
+		if len(o.up) != 1 {
+			t.Fatalf("eth_blockNumber: %d upstream frames", len(o.up))
+		}
+		if got := r.upstream(reply(t, o.up[0], answer)).to[cl]; len(got) != 1 {
+			t.Fatalf("eth_blockNumber answer: %q", got)
+		}
+	}
+	a, b := r.join(), r.join()
+	if o := r.send(a, call(`1`)); len(o.up) != 1 {
+		t.Fatalf("first read: %d upstream frames", len(o.up))
+	}
+	blockNumber(b, `"bn1"`, `"0x10"`)
+	second := r.send(b, call(`2`))
+	if len(second.up) != 1 {
+		t.Fatalf("a read after block 0x10 was answered sent %d frames, want 1 (not joining the call before it)", len(second.up))
+	}
+	blockNumber(b, `"bn2"`, `"0x10"`)
+	if o := r.send(r.join(), call(`3`)); len(o.up) != 0 {
+		t.Errorf("a read after the same block number sent %d frames, want 0 (joining)", len(o.up))
+	}
+	blockNumber(b, `"bn3"`, `"0xf"`) // a lagging answer moves nothing
+	if o := r.send(r.join(), call(`4`)); len(o.up) != 0 {
+		t.Errorf("a read after a lower block number sent %d frames, want 0 (joining)", len(o.up))
+	}
+}
+
+func TestQuantityString(t *testing.T) {
+	for _, tc := range []struct {
+		raw string
+		n   uint64
+		ok  bool
+	}{
+		{`"0x10"`, 16, true}, {`"0X1aF"`, 0x1af, true}, {`"0xffffffffffffffff"`, 1<<64 - 1, true},
+		{`"0x"`, 0, false}, {`"0x1ffffffffffffffff"`, 0, false}, {`"10"`, 0, false}, {`0x10`, 0, false},
+		{`"0xg"`, 0, false}, {`null`, 0, false}, {`""`, 0, false},
+	} {
+		n, ok := quantityString([]byte(tc.raw))
+		if n != tc.n || ok != tc.ok {
+			t.Errorf("quantityString(%s) = %d, %v; want %d, %v", tc.raw, n, ok, tc.n, tc.ok)
+		}
+	}
+}

@@ -4,18 +4,22 @@ import (
 	"strings"
 
 	"github.com/muxd/muxd/gapfill"
+	"github.com/muxd/muxd/router"
 )
 
 // headView is what the core knows of the node's chain on the current
 // connection, from the heads the node pushes to newHeads subscriptions
-// (any client's; with none, the core knows nothing). Coalescing uses its
-// epoch, the cache its recent canonical hashes and its reorgs.
+// (any client's) and the block numbers it answers to eth_blockNumber (how
+// clients that poll learn of a block). Coalescing uses its epoch, the cache
+// its recent canonical hashes and its reorgs.
 type headView struct {
 	// epoch counts the distinct heads seen: a request joins only a call
 	// sent in the same epoch, so that a client that saw a new head and
 	// then asks never gets an answer the node worked out before it.
 	epoch uint64
 	last  headSeen
+	// highest is the highest block number seen, pushed or answered.
+	highest uint64
 	// hashes are the canonical hashes of the heads seen since the last
 	// discontinuity (a reorg, a jump, a new connection), by number, at
 	// most headWindow of them.
@@ -81,7 +85,18 @@ func (v *headView) observe(h headSeen) headChange {
 	v.hashes[h.number] = h.hash
 	delete(v.hashes, h.number-headWindow)
 	v.last = h
+	v.highest = max(v.highest, h.number)
 	return ch
+}
+
+// answeredNumber records block number n, which the node answered to an
+// eth_blockNumber: a client that polls learns of a new block this way, so
+// one above any seen moves the epoch, as a pushed head does.
+func (v *headView) answeredNumber(n uint64) {
+	if n > v.highest {
+		v.highest = n
+		v.epoch++
+	}
 }
 
 // canonical reports whether block number n with hash hash is on the chain
@@ -96,5 +111,41 @@ func (v *headView) canonical(n uint64, hash string) bool {
 func (v *headView) reset() {
 	clear(v.hashes)
 	v.last = headSeen{}
+	v.highest = 0
 	v.epoch++
+}
+
+// noteBlockNumber moves the head view (answeredNumber) when m, the node's
+// answer in frame to a call of method, is an eth_blockNumber result.
+func (c *Core) noteBlockNumber(method string, frame []byte, m *router.Message) {
+	if method != "eth_blockNumber" || !m.Result.Present() {
+		return
+	}
+	if n, ok := quantityString(m.Result.In(frame)); ok {
+		c.heads.answeredNumber(n)
+	}
+}
+
+// quantityString reads a JSON string holding a quantity ("\"0x1a\"") of at
+// most 64 bits, without allocating.
+func quantityString(raw []byte) (uint64, bool) {
+	if len(raw) < 5 || len(raw) > 20 || raw[0] != '"' || raw[len(raw)-1] != '"' || raw[1] != '0' || (raw[2] != 'x' && raw[2] != 'X') {
+		return 0, false
+	}
+	var n uint64
+	for _, ch := range raw[3 : len(raw)-1] {
+		var d byte
+		switch {
+		case ch >= '0' && ch <= '9':
+			d = ch - '0'
+		case ch >= 'a' && ch <= 'f':
+			d = ch - 'a' + 10
+		case ch >= 'A' && ch <= 'F':
+			d = ch - 'A' + 10
+		default:
+			return 0, false
+		}
+		n = n<<4 | uint64(d)
+	}
+	return n, true
 }
