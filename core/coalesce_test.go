@@ -492,39 +492,74 @@ func TestCoalesceAfterStateChange(t *testing.T) {
 }
 
 // TestCoalesceAfterBlockNumber: with no newHeads subscription, a client
-// that polls learns of a block from eth_blockNumber: a read after an
-// answer above any block seen does not join a call sent before it; one
-// after an answer that shows no new block does.
+// that polls learns of a block from an answer that names one: the number
+// eth_blockNumber answers, a block's own, the block of a transaction or
+// receipt, the last block of eth_getLogs. A read after an answer naming a
+// block above any seen does not join a call sent before it; one after an
+// answer naming no new block (the same, a lower one, a pending block,
+// null) does.
 func TestCoalesceAfterBlockNumber(t *testing.T) {
-	r := newCoalRig(t, nil)
-	r.connect()
-	call := func(id string) string { return request(id, "eth_call", `[{"to":"0xab"},"latest"]`) }
-	blockNumber := func(cl router.ClientID, id, answer string) {
-		t.Helper()
-		o := r.send(cl, request(id, "eth_blockNumber", `[]`))
-		if len(o.up) != 1 {
-			t.Fatalf("eth_blockNumber: %d upstream frames", len(o.up))
+	const (
+		h16 = `"0x10"`
+		h15 = `"0xf"`
+	)
+	block := func(n string) string {
+		return `{"baseFeePerGas":"0x7","hash":"0xaa","logsBloom":"0x00","number":` + n + `,"transactions":[{"blockNumber":"0x1","hash":"0xbb"}]}`
+	}
+	receipt := func(n string) string {
+		return `{"blockHash":"0xaa","blockNumber":` + n + `,"logs":[{"blockNumber":` + n + `}],"status":"0x1"}`
+	}
+	logs := func(ns ...string) string {
+		var parts []string
+		for _, n := range ns {
+			parts = append(parts, `{"address":"0xab","blockNumber":`+n+`,"logIndex":"0x0"}`)
 		}
-		if got := r.upstream(reply(t, o.up[0], answer)).to[cl]; len(got) != 1 {
-			t.Fatalf("eth_blockNumber answer: %q", got)
-		}
+		return `[` + strings.Join(parts, ",") + `]`
 	}
-	a, b := r.join(), r.join()
-	if o := r.send(a, call(`1`)); len(o.up) != 1 {
-		t.Fatalf("first read: %d upstream frames", len(o.up))
-	}
-	blockNumber(b, `"bn1"`, `"0x10"`)
-	second := r.send(b, call(`2`))
-	if len(second.up) != 1 {
-		t.Fatalf("a read after block 0x10 was answered sent %d frames, want 1 (not joining the call before it)", len(second.up))
-	}
-	blockNumber(b, `"bn2"`, `"0x10"`)
-	if o := r.send(r.join(), call(`3`)); len(o.up) != 0 {
-		t.Errorf("a read after the same block number sent %d frames, want 0 (joining)", len(o.up))
-	}
-	blockNumber(b, `"bn3"`, `"0xf"`) // a lagging answer moves nothing
-	if o := r.send(r.join(), call(`4`)); len(o.up) != 0 {
-		t.Errorf("a read after a lower block number sent %d frames, want 0 (joining)", len(o.up))
+	for _, tc := range []struct {
+		name, method, params, answer string
+		joins                        bool // the read after it joins the call before it
+	}{
+		{"block number", "eth_blockNumber", `[]`, h16, false},
+		{"block by number", "eth_getBlockByNumber", `["0x10",true]`, block(h16), false},
+		{"block by hash", "eth_getBlockByHash", `["0xaa",false]`, block(h16), false},
+		{"receipt", "eth_getTransactionReceipt", `["0xbb"]`, receipt(h16), false},
+		{"transaction", "eth_getTransactionByHash", `["0xbb"]`, `{"blockHash":"0xaa","blockNumber":"0x10","hash":"0xbb"}`, false},
+		{"block receipts", "eth_getBlockReceipts", `["0x10"]`, `[` + receipt(h16) + `]`, false},
+		{"logs up to the block", "eth_getLogs", `[{"fromBlock":"0xe"}]`, logs(`"0xe"`, h15, h16), false},
+		{"the same block number", "eth_blockNumber", `[]`, `"0x5"`, true},
+		{"a pending block", "eth_getBlockByNumber", `["pending",false]`, block(h16), true},
+		{"no block", "eth_getBlockByNumber", `["0x10",false]`, `null`, true},
+		{"a transaction not mined", "eth_getTransactionByHash", `["0xbb"]`, `{"blockHash":null,"blockNumber":null,"hash":"0xbb"}`, true},
+		{"no logs", "eth_getLogs", `[{"fromBlock":"0xe"}]`, `[]`, true},
+		{"a read naming no block", "eth_getBalance", `["0xab","0x10"]`, `"0x10"`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newCoalRig(t, nil)
+			r.connect()
+			call := func(id string) string { return request(id, "eth_call", `[{"to":"0xab"},"latest"]`) }
+			// Block 5 is known before the first read is sent.
+			learn := func(cl router.ClientID, id, method, params, answer string) {
+				t.Helper()
+				o := r.send(cl, request(id, method, params))
+				if len(o.up) != 1 {
+					t.Fatalf("%s: %d upstream frames", method, len(o.up))
+				}
+				if got := r.upstream(reply(t, o.up[0], answer)).to[cl]; len(got) != 1 {
+					t.Fatalf("%s answer: %q", method, got)
+				}
+			}
+			a, b := r.join(), r.join()
+			learn(b, `"bn"`, "eth_blockNumber", `[]`, `"0x5"`)
+			if o := r.send(a, call(`1`)); len(o.up) != 1 {
+				t.Fatalf("first read: %d upstream frames", len(o.up))
+			}
+			learn(b, `"learn"`, tc.method, tc.params, tc.answer)
+			frames := len(r.send(b, call(`2`)).up)
+			if joined := frames == 0; joined != tc.joins {
+				t.Errorf("after %s answered %s: the read sent %d upstream frames, want joining %v", tc.method, tc.answer, frames, tc.joins)
+			}
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/muxd/muxd/gapfill"
@@ -116,14 +117,60 @@ func (v *headView) reset() {
 }
 
 // noteBlockNumber moves the head view (answeredNumber) when m, the node's
-// answer in frame to a call of method, is an eth_blockNumber result.
-func (c *Core) noteBlockNumber(method string, frame []byte, m *router.Message) {
-	if method != "eth_blockNumber" || !m.Result.Present() {
+// answer in frame to a call of method (key its CallKey), names a block: the
+// number an eth_blockNumber answers, a block's own number, the block of a
+// transaction or receipt, the last block of an eth_getLogs. Each is a way a
+// client that does not subscribe learns of a new block before asking about
+// it. A pending block (not yet a block of the chain) names none.
+func (c *Core) noteBlockNumber(method, key string, frame []byte, m *router.Message) {
+	if !m.Result.Present() {
 		return
 	}
-	if n, ok := quantityString(m.Result.In(frame)); ok {
+	result := m.Result.In(frame)
+	var raw []byte
+	switch method {
+	case "eth_blockNumber":
+		raw = result
+	case "eth_getBlockByNumber", "eth_getBlockByHash":
+		if strings.Contains(key, `"pending"`) {
+			return
+		}
+		raw = memberValue(result, `"number":`, false)
+	case "eth_getTransactionReceipt", "eth_getTransactionByHash", "eth_getBlockReceipts":
+		raw = memberValue(result, `"blockNumber":`, false)
+	case "eth_getLogs":
+		raw = memberValue(result, `"blockNumber":`, true)
+	default:
+		return
+	}
+	if n, ok := quantityString(raw); ok {
 		c.heads.answeredNumber(n)
 	}
+}
+
+// memberValue returns the JSON string value that follows the first (or
+// last) occurrence of name (a member name with its colon, as nodes write
+// it: no space) in result, or nil. It looks only at bytes, without
+// scanning the answer: a block's "number" is the only member of that name
+// in it (its transactions and logs have "blockNumber"), and a transaction's
+// or receipt's "blockNumber" is the block its logs name too.
+func memberValue(result []byte, name string, last bool) []byte {
+	i := bytes.Index(result, []byte(name))
+	if last {
+		i = bytes.LastIndex(result, []byte(name))
+	}
+	if i < 0 {
+		return nil
+	}
+	v := result[i+len(name):]
+	if len(v) < 2 || v[0] != '"' {
+		return nil
+	}
+	end := bytes.IndexByte(v[1:], '"')
+	if end < 0 {
+		return nil
+	}
+	return v[:end+2]
 }
 
 // quantityString reads a JSON string holding a quantity ("\"0x1a\"") of at

@@ -88,7 +88,7 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 	}
 	if k := c.coal.answered(uid); k != nil {
 		c.keep(k.method, k.key, frame, m)
-		c.noteBlockNumber(k.method, frame, m)
+		c.noteBlockNumber(k.method, k.key, frame, m)
 		c.callAnswered(e, k, frame, m, lendable, now)
 		return
 	}
@@ -115,7 +115,7 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 		return
 	}
 	c.keep(p.Method, p.Key, frame, m)
-	c.noteBlockNumber(p.Method, frame, m)
+	c.noteBlockNumber(p.Method, p.Key, frame, m)
 	if cl == nil {
 		return
 	}
@@ -232,7 +232,7 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 		}
 		held += len(p.Frame)
 		c.keep(p.Method, p.Key, frame, m)
-		c.noteBlockNumber(p.Method, frame, m)
+		c.noteBlockNumber(p.Method, p.Key, frame, m)
 		c.answered(p, responseCode(frame, m), now)
 		out = router.AppendSpliced(out, elem, idSpan, p.ID)
 	}
