@@ -579,3 +579,39 @@ func TestQuantityString(t *testing.T) {
 		}
 	}
 }
+
+// TestCoalesceAfterLogPushed: a log pushed to a logs subscriber tells it
+// of its block: a read after a log of a block above any seen does not join
+// a call sent before it; after a log of a block already seen it does.
+func TestCoalesceAfterLogPushed(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		block string
+		joins bool
+	}{
+		{"log of a new block", `"0x11"`, false},
+		{"log of a block seen", `"0x10"`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newCoalRig(t, nil)
+			r.connect()
+			a, b := r.join(), r.join()
+			o := r.send(b, request(`"bn"`, "eth_blockNumber", `[]`))
+			r.upstream(reply(t, o.up[0], `"0x10"`))
+			o = r.send(b, request(`"s"`, "eth_subscribe", `["logs",{"address":"0xab"}]`))
+			if len(o.up) != 1 {
+				t.Fatalf("eth_subscribe: %d upstream frames", len(o.up))
+			}
+			r.upstream(reply(t, o.up[0], `"0xup"`))
+			call := func(id string) string { return request(id, "eth_call", `[{"to":"0xab"},"latest"]`) }
+			if o := r.send(a, call(`1`)); len(o.up) != 1 {
+				t.Fatalf("first read: %d upstream frames", len(o.up))
+			}
+			r.upstream(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xup","result":{"address":"0xab","blockHash":"0xaa","blockNumber":` + tc.block + `,"logIndex":"0x0","removed":false}}}`)
+			frames := len(r.send(b, call(`2`)).up)
+			if joined := frames == 0; joined != tc.joins {
+				t.Errorf("after a log of block %s: the read sent %d upstream frames, want joining %v", tc.block, frames, tc.joins)
+			}
+		})
+	}
+}

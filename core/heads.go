@@ -90,15 +90,20 @@ func (v *headView) observe(h headSeen) headChange {
 	return ch
 }
 
-// answeredNumber records block number n, which the node answered to an
-// eth_blockNumber: a client that polls learns of a new block this way, so
-// one above any seen moves the epoch, as a pushed head does.
-func (v *headView) answeredNumber(n uint64) {
-	if n > v.highest {
+// sawBlockNumber records the block number in raw (a JSON string holding a
+// quantity; anything else is ignored) that the node named in an answer or a
+// log pushed: a client that does not subscribe to newHeads learns of a new
+// block this way, so one above any seen moves the epoch, as a pushed head
+// does.
+func (v *headView) sawBlockNumber(raw []byte) {
+	if n, ok := quantityString(raw); ok && n > v.highest {
 		v.highest = n
 		v.epoch++
 	}
 }
+
+// isLogsKey reports whether a subscription key is a logs one.
+func isLogsKey(key string) bool { return strings.HasPrefix(key, `["logs"`) }
 
 // canonical reports whether block number n with hash hash is on the chain
 // as the heads seen since the last discontinuity show it.
@@ -116,7 +121,7 @@ func (v *headView) reset() {
 	v.epoch++
 }
 
-// noteBlockNumber moves the head view (answeredNumber) when m, the node's
+// noteBlockNumber moves the head view (sawBlockNumber) when m, the node's
 // answer in frame to a call of method (key its CallKey), names a block: the
 // number an eth_blockNumber answers, a block's own number, the block of a
 // transaction or receipt, the last block of an eth_getLogs. Each is a way a
@@ -143,9 +148,7 @@ func (c *Core) noteBlockNumber(method, key string, frame []byte, m *router.Messa
 	default:
 		return
 	}
-	if n, ok := quantityString(raw); ok {
-		c.heads.answeredNumber(n)
-	}
+	c.heads.sawBlockNumber(raw)
 }
 
 // memberValue returns the JSON string value that follows the first (or

@@ -252,6 +252,10 @@ func (c *Core) push(e *Effects, frame []byte, m *router.Message, now time.Time) 
 	if isNewHeadsKey(sh.key) && (len(c.coalesce) > 0 || c.cache.max > 0 || c.cfg.ReportHeads) {
 		c.headPushed(e, m.Params.In(frame), now)
 	}
+	if isLogsKey(sh.key) && len(c.coalesce) > 0 {
+		// A log of a new block tells its subscribers of the block.
+		c.heads.sawBlockNumber(memberValue(m.Params.In(frame), `"blockNumber":`, false))
+	}
 	elem := frame[m.Start:m.End]
 	live := sharedPush{elem, rebase(m.Subscription, m.Start), true, m.Start}
 	if c.gap.Passes(sh.key) {
