@@ -178,27 +178,27 @@ func (t *coalesceTable) stateChanged() { t.changes++ }
 // snapshots, balances set by hand). Filters and subscriptions do not
 // change what other calls return.
 func changesState(method string) bool {
-	// By first letter: it runs for every answer.
 	if method == "" {
 		return false
 	}
-	switch method[0] {
-	case 'e':
-		return strings.HasPrefix(method, "eth_send") || strings.HasPrefix(method, "evm_")
-	case 'p':
-		return strings.HasPrefix(method, "personal_send")
-	case 'a':
-		return strings.HasPrefix(method, "anvil_")
-	case 'h':
-		return strings.HasPrefix(method, "hardhat_")
-	case 'g':
-		return strings.HasPrefix(method, "ganache_")
-	case 'm':
-		return strings.HasPrefix(method, "miner_")
-	case 'd':
-		return strings.HasPrefix(method, "debug_set")
+	for _, prefix := range stateChangingPrefixes[method[0]] {
+		if strings.HasPrefix(method, prefix) {
+			return true
+		}
 	}
 	return false
+}
+
+// stateChangingPrefixes are changesState's method prefixes by first letter:
+// it runs for every answer.
+var stateChangingPrefixes = [256][]string{
+	'e': {"eth_send", "evm_"},
+	'p': {"personal_send"},
+	'a': {"anvil_"},
+	'h': {"hardhat_"},
+	'g': {"ganache_"},
+	'm': {"miner_"},
+	'd': {"debug_set"},
 }
 
 // joined is how many requests in the pending table wait on another's call

@@ -185,24 +185,7 @@ func newPipeNode(h func(c *websocket.Conn, r *http.Request)) *pipeNode {
 // discards everything, answering nothing, not even pings: a node whose
 // socket takes every byte while nothing behind it is alive.
 func newBlackHoleNode() *pipeNode {
-	n := &pipeNode{l: &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}}
-	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.handlers.Add(1)
-		defer n.handlers.Done()
-		sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-		conn, rw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-			base64.StdEncoding.EncodeToString(sum[:]) + "\r\n\r\n")
-		if rw.Flush() == nil {
-			io.Copy(io.Discard, rw)
-		}
-	})}
-	go n.srv.Serve(n.l)
-	return n
+	return newDeafNode(func(_ io.Writer, done <-chan struct{}) { <-done })
 }
 
 // newDeafNode is a node that accepts the WebSocket handshake, then reads

@@ -165,13 +165,7 @@ func TestKeepaliveJudgesByProgress(t *testing.T) {
 				defer stop()
 
 				if tt.lostWhen == 0 {
-					time.Sleep(readFor)
-					synctest.Wait()
-					for len(logs.ch) > 0 {
-						if r := <-logs.ch; r.Message == "upstream lost" {
-							t.Fatalf("a node reading steadily was dropped after %v: %v", attr(r, "lived"), attr(r, "err"))
-						}
-					}
+					keptFor(t, logs, readFor, "a node reading steadily")
 					stop()
 					return
 				}
@@ -294,13 +288,7 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 				defer stop()
 
 				if tt.lostWhen == 0 {
-					time.Sleep(watchFor)
-					synctest.Wait()
-					for len(logs.ch) > 0 {
-						if r := <-logs.ch; r.Message == "upstream lost" {
-							t.Fatalf("a node that hears us was dropped after %v: %v", attr(r, "lived"), attr(r, "err"))
-						}
-					}
+					keptFor(t, logs, watchFor, "a node that hears us")
 					stop()
 					return
 				}
@@ -350,4 +338,18 @@ func (w websocketWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// keptFor waits d in a synctest bubble and fails the test if the
+// supervisor logged "upstream lost" meanwhile; node says which node for
+// the message.
+func keptFor(t *testing.T, logs *logRecorder, d time.Duration, node string) {
+	t.Helper()
+	time.Sleep(d)
+	synctest.Wait()
+	for len(logs.ch) > 0 {
+		if r := <-logs.ch; r.Message == "upstream lost" {
+			t.Fatalf("%s was dropped after %v: %v", node, attr(r, "lived"), attr(r, "err"))
+		}
+	}
 }
