@@ -50,8 +50,7 @@ type Config struct {
 	// backlog, however slowly, is alive even while a ping would wait behind
 	// that backlog. With a Dial other than [WebSocketDialer] only pongs count.
 	// A connection that shows progress but is not heard (no pong, no answer
-	// reported by [Conn.Answered], no blocked write of ours completed) for
-	// PingTimeout after a ping, while serve is not in the middle of a message
+	// reported by [Conn.Answered]) for PingTimeout after a ping, while serve is not in the middle of a message
 	// ([Conn.Reading]), is dropped too: the node sends (pushes, say) but takes
 	// nothing of ours.
 	// <= 0 means DefaultPingTimeout (10s).

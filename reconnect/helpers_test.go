@@ -160,6 +160,20 @@ type pipeNode struct {
 	srv       *http.Server
 	handlers  sync.WaitGroup
 	closeDone func() // newDeafNode's: stops its senders; nil otherwise
+	// writeDelay, when set, makes every write on the dialling side take
+	// that long (a busy host), the socket having room all along.
+	writeDelay time.Duration
+}
+
+// slowWriteConn is a net.Conn whose writes each take delay first.
+type slowWriteConn struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (c slowWriteConn) Write(p []byte) (int, error) {
+	time.Sleep(c.delay)
+	return c.Conn.Write(p)
 }
 
 // newPipeNode serves h for every connection dialled through the node's
@@ -242,6 +256,9 @@ func (n *pipeNode) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	client, server := net.Pipe()
 	select {
 	case n.l.conns <- server:
+		if n.writeDelay > 0 {
+			return slowWriteConn{client, n.writeDelay}, nil
+		}
 		return client, nil
 	case <-n.l.done:
 		return nil, net.ErrClosed

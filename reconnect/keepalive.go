@@ -37,8 +37,8 @@ type pinger interface {
 //     and returns an error wrapping ErrPingTimeout. So a node that neither
 //     sends nor reads anything is dropped interval+timeout after its last
 //     sign of life, as a silent one was with plain pings.
-//   - If bytes came but nothing was heard (no pong, no answer, no blocked
-//     write of ours completed) by the end of the ping's timeout, and a
+//   - If bytes came but nothing was heard (no pong, no answer) by the end
+//     of the ping's timeout, and a
 //     message that began after the ping has been read whole (so the pong
 //     is not waiting behind a long message begun before it), the node is
 //     declared deaf and dropped the same way: it sends (pushes heads and
@@ -67,7 +67,8 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 		// Quiet or unheard for interval: ask, and give the node timeout to
 		// show life and to be heard.
 		mark, heardMark := live.progress(), live.hearing()
-		asked := p.running() // a ping sent earlier is still out
+		quiet := live.quietFor() >= interval // else only unheard
+		asked := p.running()                 // a ping sent earlier is still out
 		ask := func() {
 			if !asked && !live.backlogged() {
 				p = startPing(c, live, timeout)
@@ -98,8 +99,13 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 			}
 		}
 		if live.progress() == mark {
+			if !quiet {
+				// It went quiet during this round: the next one judges
+				// it, interval after its last sign of life.
+				continue
+			}
 			c.CloseNow()
-			return fmt.Errorf("%w: nothing from the node and none of our writes taken for %s", ErrPingTimeout, live.quietFor().Round(time.Millisecond))
+			return fmt.Errorf("%w: nothing from the node and none of our writes taken within %s of a ping", ErrPingTimeout, timeout)
 		}
 		if !asked || live.hearing() != heardMark {
 			continue

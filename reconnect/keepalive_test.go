@@ -256,6 +256,13 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 		lostWhen time.Duration // 0: kept for watchFor
 	}{
 		{"pushes, takes nothing", func() *pipeNode { return newDeafNode(pushing) }, interval + timeout},
+		// Each write of ours takes 5 ms, as on a busy host, into a socket
+		// with room: that is no sign the node reads.
+		{"pushes, takes nothing, our writes slow", func() *pipeNode {
+			n := newDeafNode(pushing)
+			n.writeDelay = 5 * time.Millisecond
+			return n
+		}, interval + timeout},
 		{"pushes, pongs, answers nothing", func() *pipeNode { return newPipeNode(hearing(false)) }, 0},
 		{"pushes, answers every request", func() *pipeNode { return newPipeNode(hearing(true)) }, 0},
 		{"one slow message, takes nothing", func() *pipeNode { return newDeafNode(slowMessage) }, 0},

@@ -21,11 +21,13 @@ import (
 //     node is gone. (A node whose process hangs with a live kernel is
 //     caught once its receive buffer is full and our writes stop.)
 //
-// Hearing, proof that the node reads and acts on what we send: a pong, an
-// answer to one of our requests (serve reports it, [Conn.Answered]), or a
-// blocked write that completed (as above). Bytes read alone are not: a
-// node whose reading has stopped (its request handling hung, or the path
-// towards it frozen) may go on pushing subscription notifications.
+// Hearing, proof that the node reads and acts on what we send: a pong, or
+// an answer to one of our requests (serve reports it, [Conn.Answered]).
+// Bytes read alone are not: a node whose reading has stopped (its request
+// handling hung, or the path towards it frozen) may go on pushing
+// subscription notifications. Nor are our writes taken: a proxy or the
+// kernel on the way takes them whether the node reads or not, and on a
+// busy host a write waits for the CPU as long as for a full socket.
 //
 // A successful ping counts as both (its pong is also a byte read), which is
 // all there is when the connection was made by a DialFunc other than
