@@ -580,17 +580,26 @@ func TestQuantityString(t *testing.T) {
 	}
 }
 
-// TestCoalesceAfterLogPushed: a log pushed to a logs subscriber tells it
-// of its block: a read after a log of a block above any seen does not join
-// a call sent before it; after a log of a block already seen it does.
+// TestCoalesceAfterLogPushed: a log or a receipt pushed to a subscriber
+// tells it of its block: a read after one of a block above any seen does
+// not join a call sent before it; after one of a block already seen it
+// does.
 func TestCoalesceAfterLogPushed(t *testing.T) {
+	logOf := func(n string) string {
+		return `{"address":"0xab","blockHash":"0xaa","blockNumber":` + n + `,"logIndex":"0x0","removed":false}`
+	}
+	receiptsOf := func(n string) string {
+		return `[{"blockHash":"0xaa","blockNumber":` + n + `,"status":"0x1","transactionHash":"0xbb"}]`
+	}
 	for _, tc := range []struct {
-		name  string
-		block string
-		joins bool
+		name, params, result string
+		joins                bool
 	}{
-		{"log of a new block", `"0x11"`, false},
-		{"log of a block seen", `"0x10"`, true},
+		{"log of a new block", `["logs",{"address":"0xab"}]`, logOf(`"0x11"`), false},
+		{"log of a block seen", `["logs",{"address":"0xab"}]`, logOf(`"0x10"`), true},
+		{"receipts of a new block", `["transactionReceipts"]`, receiptsOf(`"0x11"`), false},
+		{"receipts of a block seen", `["transactionReceipts"]`, receiptsOf(`"0x10"`), true},
+		{"a pending transaction", `["newPendingTransactions"]`, `"0xbb"`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newCoalRig(t, nil)
@@ -598,7 +607,7 @@ func TestCoalesceAfterLogPushed(t *testing.T) {
 			a, b := r.join(), r.join()
 			o := r.send(b, request(`"bn"`, "eth_blockNumber", `[]`))
 			r.upstream(reply(t, o.up[0], `"0x10"`))
-			o = r.send(b, request(`"s"`, "eth_subscribe", `["logs",{"address":"0xab"}]`))
+			o = r.send(b, request(`"s"`, "eth_subscribe", tc.params))
 			if len(o.up) != 1 {
 				t.Fatalf("eth_subscribe: %d upstream frames", len(o.up))
 			}
@@ -607,11 +616,51 @@ func TestCoalesceAfterLogPushed(t *testing.T) {
 			if o := r.send(a, call(`1`)); len(o.up) != 1 {
 				t.Fatalf("first read: %d upstream frames", len(o.up))
 			}
-			r.upstream(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xup","result":{"address":"0xab","blockHash":"0xaa","blockNumber":` + tc.block + `,"logIndex":"0x0","removed":false}}}`)
+			r.upstream(`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xup","result":` + tc.result + `}}`)
 			frames := len(r.send(b, call(`2`)).up)
 			if joined := frames == 0; joined != tc.joins {
-				t.Errorf("after a log of block %s: the read sent %d upstream frames, want joining %v", tc.block, frames, tc.joins)
+				t.Errorf("after a push of %s: the read sent %d upstream frames, want joining %v", tc.result, frames, tc.joins)
 			}
 		})
+	}
+}
+
+// TestCoalesceAfterRewind: the node's head set back (debug_setHead, a
+// shorter chain) moves the epoch whether a client sees it in newHeads or in
+// eth_blockNumber, and the blocks that regrow above it are new again.
+func TestCoalesceAfterRewind(t *testing.T) {
+	r := newCoalRig(t, nil)
+	r.connect()
+	a, b := r.join(), r.join()
+	blockNumber := func(answer string) {
+		t.Helper()
+		o := r.send(b, request(`"bn"`, "eth_blockNumber", `[]`))
+		if len(o.up) != 1 {
+			t.Fatalf("eth_blockNumber: %d upstream frames", len(o.up))
+		}
+		r.upstream(reply(t, o.up[0], answer))
+	}
+	// Each step reads its own address, so that what earlier steps left
+	// in flight is no call to join.
+	call := func(id string, step int) string {
+		return request(id, "eth_call", fmt.Sprintf(`[{"to":"0x%x"},"latest"]`, step))
+	}
+	blockNumber(`"0x10"`)
+	for i, step := range []struct {
+		answer string
+		joins  bool
+	}{
+		{`"0x8"`, false}, // set back
+		{`"0x9"`, false}, // regrowing: block 9 is new again
+		{`"0x9"`, true},  // nothing new
+	} {
+		if o := r.send(a, call(`"a"`, i)); len(o.up) != 1 {
+			t.Fatalf("step %d: the lead sent %d frames", i, len(o.up))
+		}
+		blockNumber(step.answer)
+		frames := len(r.send(b, call(`"b"`, i)).up)
+		if joined := frames == 0; joined != step.joins {
+			t.Errorf("after eth_blockNumber %s: the read sent %d upstream frames, want joining %v", step.answer, frames, step.joins)
+		}
 	}
 }

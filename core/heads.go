@@ -86,7 +86,11 @@ func (v *headView) observe(h headSeen) headChange {
 	v.hashes[h.number] = h.hash
 	delete(v.hashes, h.number-headWindow)
 	v.last = h
-	v.highest = max(v.highest, h.number)
+	if ch.back {
+		v.highest = h.number // rewound: blocks above it are gone
+	} else {
+		v.highest = max(v.highest, h.number)
+	}
 	return ch
 }
 
@@ -102,8 +106,18 @@ func (v *headView) sawBlockNumber(raw []byte) {
 	}
 }
 
-// isLogsKey reports whether a subscription key is a logs one.
-func isLogsKey(key string) bool { return strings.HasPrefix(key, `["logs"`) }
+// sawHeadNumber records the head's block number in raw (as sawBlockNumber),
+// which the node answered to eth_blockNumber: any change moves the epoch,
+// a lower one too (the node's head set back, or a reorg to a shorter
+// chain: the blocks above it are gone, and the ones that replace them are
+// new). An answer the node worked out before another but sent after it
+// also counts as a change: one epoch too many only costs a join.
+func (v *headView) sawHeadNumber(raw []byte) {
+	if n, ok := quantityString(raw); ok && n != v.highest {
+		v.highest = n
+		v.epoch++
+	}
+}
 
 // canonical reports whether block number n with hash hash is on the chain
 // as the heads seen since the last discontinuity show it.
@@ -135,7 +149,8 @@ func (c *Core) noteBlockNumber(method, key string, frame []byte, m *router.Messa
 	var raw []byte
 	switch method {
 	case "eth_blockNumber":
-		raw = result
+		c.heads.sawHeadNumber(result)
+		return
 	case "eth_getBlockByNumber", "eth_getBlockByHash":
 		if strings.Contains(key, `"pending"`) {
 			return

@@ -252,8 +252,9 @@ func (c *Core) push(e *Effects, frame []byte, m *router.Message, now time.Time) 
 	if isNewHeadsKey(sh.key) && (len(c.coalesce) > 0 || c.cache.max > 0 || c.cfg.ReportHeads) {
 		c.headPushed(e, m.Params.In(frame), now)
 	}
-	if isLogsKey(sh.key) && len(c.coalesce) > 0 {
-		// A log of a new block tells its subscribers of the block.
+	if !isNewHeadsKey(sh.key) && len(c.coalesce) > 0 {
+		// A log or a receipt of a new block (logs, geth's
+		// transactionReceipts) tells its subscribers of the block.
 		c.heads.sawBlockNumber(memberValue(m.Params.In(frame), `"blockNumber":`, false))
 	}
 	elem := frame[m.Start:m.End]
