@@ -142,8 +142,8 @@ func (v *headView) reset() {
 // client that does not subscribe learns of a new block before asking about
 // it. A pending block (not yet a block of the chain) names none.
 func (c *Core) noteBlockNumber(method, key string, frame []byte, m *router.Message) {
-	if !m.Result.Present() {
-		return
+	if len(c.coalesce) == 0 || !m.Result.Present() {
+		return // the epoch serves coalescing only
 	}
 	result := m.Result.In(frame)
 	var raw []byte
@@ -156,9 +156,12 @@ func (c *Core) noteBlockNumber(method, key string, frame []byte, m *router.Messa
 			return
 		}
 		raw = memberValue(result, `"number":`, false)
-	case "eth_getTransactionReceipt", "eth_getTransactionByHash", "eth_getBlockReceipts":
+	case "eth_getTransactionReceipt", "eth_getTransactionByHash", "eth_getBlockReceipts",
+		"eth_getTransactionByBlockHashAndIndex", "eth_getTransactionByBlockNumberAndIndex":
 		raw = memberValue(result, `"blockNumber":`, false)
-	case "eth_getLogs":
+	case "eth_getLogs", "eth_getFilterChanges", "eth_getFilterLogs":
+		// Logs come in block order; a block filter's hashes name no
+		// number and move nothing.
 		raw = memberValue(result, `"blockNumber":`, true)
 	default:
 		return
@@ -170,8 +173,9 @@ func (c *Core) noteBlockNumber(method, key string, frame []byte, m *router.Messa
 // last) occurrence of name (a member name with its colon, as nodes write
 // it: no space) in result, or nil. It looks only at bytes, without
 // scanning the answer: a block's "number" is the only member of that name
-// in it (its transactions and logs have "blockNumber"), and a transaction's
-// or receipt's "blockNumber" is the block its logs name too.
+// in it (its transactions and logs have "blockNumber"; geth writes members
+// in name order, so it is found before the transactions), and a
+// transaction's or receipt's "blockNumber" is the block its logs name too.
 func memberValue(result []byte, name string, last bool) []byte {
 	i := bytes.Index(result, []byte(name))
 	if last {

@@ -112,7 +112,6 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 		if err == nil {
 			u.Reading(true) // keepalive: a pong may come behind this message
 			buf, tooLarge, err = s.frames.readFrame(buf, r, s.cfg.UpstreamReadLimit)
-			u.Reading(false)
 		}
 		if err != nil {
 			return fmt.Errorf("read upstream: %w", err)
@@ -124,6 +123,9 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 			s.metrics.UpstreamFramesIn.Inc()
 			lent = s.route(u, buf)
 		}
+		// Only now that an answer in it was reported (Answered): keepalive
+		// must never see the message end without its answer.
+		u.Reading(false)
 		switch {
 		case lent:
 			// A large answer lent to its client: the client's writer,

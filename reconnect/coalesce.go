@@ -222,7 +222,7 @@ func (c *coalescingConn) writeOut(out []byte) error {
 		}
 		out = out[n:]
 		if c.live != nil && time.Since(start) >= blockedWrite {
-			c.live.progressed() // the socket made room: the node is taking our bytes
+			c.live.tookWrite() // the socket made room: the node is taking our bytes
 		}
 	}
 	return nil

@@ -207,6 +207,18 @@ func newBlackHoleNode() *pipeNode {
 // while send writes to the socket what it likes (raw frames, see
 // serverFrame) until the connection fails or done is closed.
 func newDeafNode(send func(w io.Writer, done <-chan struct{})) *pipeNode {
+	return newRawNode(send, true)
+}
+
+// newStuckNode is newDeafNode reading nothing after the handshake: our
+// writes wait for the socket for good (its request path hung).
+func newStuckNode(send func(w io.Writer, done <-chan struct{})) *pipeNode {
+	return newRawNode(send, false)
+}
+
+// newRawNode is newDeafNode (drain: it reads and discards what we send)
+// or newStuckNode.
+func newRawNode(send func(w io.Writer, done <-chan struct{}), drain bool) *pipeNode {
 	n := &pipeNode{l: &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}}
 	done := make(chan struct{})
 	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -227,7 +239,11 @@ func newDeafNode(send func(w io.Writer, done <-chan struct{})) *pipeNode {
 		defer sending.Wait()
 		defer conn.Close() // ends send's writes
 		sending.Go(func() { send(conn, done) })
-		io.Copy(io.Discard, rw)
+		if drain {
+			io.Copy(io.Discard, rw)
+		} else {
+			<-done
+		}
 	})}
 	n.closeDone = func() { close(done) }
 	go n.srv.Serve(n.l)

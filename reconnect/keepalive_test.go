@@ -263,6 +263,9 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 			n.writeDelay = 5 * time.Millisecond
 			return n
 		}, interval + timeout},
+		// It reads nothing: our writes wait for the socket, the ping
+		// cannot even be sent.
+		{"pushes, reads nothing", func() *pipeNode { return newStuckNode(pushing) }, interval + timeout},
 		{"pushes, pongs, answers nothing", func() *pipeNode { return newPipeNode(hearing(false)) }, 0},
 		{"pushes, answers every request", func() *pipeNode { return newPipeNode(hearing(true)) }, 0},
 		{"one slow message, takes nothing", func() *pipeNode { return newDeafNode(slowMessage) }, 0},

@@ -51,7 +51,10 @@ type liveness struct {
 	heardCount atomic.Uint64
 	msgStarts  atomic.Uint64
 	msgEnds    atomic.Uint64
-	conn       atomic.Pointer[coalescingConn] // the socket, once the dialer made it
+	// taken counts our writes that waited for the socket and then
+	// completed (the node's side made room).
+	taken atomic.Uint64
+	conn  atomic.Pointer[coalescingConn] // the socket, once the dialer made it
 }
 
 func newLiveness() *liveness { return &liveness{start: time.Now()} }
@@ -60,6 +63,13 @@ func newLiveness() *liveness { return &liveness{start: time.Now()} }
 func (l *liveness) progressed() {
 	l.last.Store(int64(time.Since(l.start)))
 	l.count.Add(1)
+}
+
+// tookWrite records that a write of ours waited for the socket and then
+// completed: proof of life (progressed), and that our backlog moves.
+func (l *liveness) tookWrite() {
+	l.progressed()
+	l.taken.Add(1)
 }
 
 // heard records proof that the node reads and acts on what we send (see

@@ -46,7 +46,8 @@ func (c *Conn) Answered() {
 // message begun after an unanswered ping has ended, never while a long one
 // begun before it is still arriving; a serve that does not report messages
 // is never judged deaf. Called by serve's reading goroutine, after Reader
-// returns and after the message is read.
+// returns and once the message is read and any answer in it reported
+// (Answered): a message must not end, for keepalive, before its answer.
 func (c *Conn) Reading(on bool) {
 	if c != nil && c.live != nil {
 		if on {
