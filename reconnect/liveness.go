@@ -52,9 +52,11 @@ type liveness struct {
 	msgStarts  atomic.Uint64
 	msgEnds    atomic.Uint64
 	// taken counts our writes that waited for the socket and then
-	// completed (the node's side made room).
-	taken atomic.Uint64
-	conn  atomic.Pointer[coalescingConn] // the socket, once the dialer made it
+	// completed (the node's side made room); lastTaken is when the last
+	// did, as last.
+	taken     atomic.Uint64
+	lastTaken atomic.Int64
+	conn      atomic.Pointer[coalescingConn] // the socket, once the dialer made it
 }
 
 func newLiveness() *liveness { return &liveness{start: time.Now()} }
@@ -69,7 +71,14 @@ func (l *liveness) progressed() {
 // completed: proof of life (progressed), and that our backlog moves.
 func (l *liveness) tookWrite() {
 	l.progressed()
+	l.lastTaken.Store(l.last.Load())
 	l.taken.Add(1)
+}
+
+// untakenFor is how long ago a write of ours was last taken after waiting
+// (or the liveness made, if never).
+func (l *liveness) untakenFor() time.Duration {
+	return time.Since(l.start) - time.Duration(l.lastTaken.Load())
 }
 
 // heard records proof that the node reads and acts on what we send (see
