@@ -29,8 +29,9 @@ import (
 // deadline: one that saw a new head, or the answer to a transaction sent
 // through muxd (its own, or one another client may have told it of), never
 // gets an answer worked out before it, and a call the node never answers
-// cannot keep absorbing requests. Elements of a client batch neither lead nor join: a
-// batch goes upstream as arrays of its own (router.UpstreamBatch).
+// cannot keep absorbing requests. Elements of a client batch neither lead
+// nor join: a batch goes upstream as arrays of its own
+// (router.UpstreamBatch).
 
 // DefaultCoalesceMethods are the read-only methods that carry no client
 // state: identical requests of these may share one upstream call.

@@ -566,23 +566,6 @@ func TestCoalesceAfterBlockNumber(t *testing.T) {
 	}
 }
 
-func TestQuantityString(t *testing.T) {
-	for _, tc := range []struct {
-		raw string
-		n   uint64
-		ok  bool
-	}{
-		{`"0x10"`, 16, true}, {`"0X1aF"`, 0x1af, true}, {`"0xffffffffffffffff"`, 1<<64 - 1, true},
-		{`"0x"`, 0, false}, {`"0x1ffffffffffffffff"`, 0, false}, {`"10"`, 0, false}, {`0x10`, 0, false},
-		{`"0xg"`, 0, false}, {`null`, 0, false}, {`""`, 0, false},
-	} {
-		n, ok := quantityString([]byte(tc.raw))
-		if n != tc.n || ok != tc.ok {
-			t.Errorf("quantityString(%s) = %d, %v; want %d, %v", tc.raw, n, ok, tc.n, tc.ok)
-		}
-	}
-}
-
 // TestCoalesceAfterLogPushed: a log or a receipt pushed to a subscriber
 // tells it of its block: a read after one of a block above any seen does
 // not join a call sent before it; after one of a block already seen it

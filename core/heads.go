@@ -100,7 +100,7 @@ func (v *headView) observe(h headSeen) headChange {
 // block this way, so one above any seen moves the epoch, as a pushed head
 // does.
 func (v *headView) sawBlockNumber(raw []byte) {
-	if n, ok := quantityString(raw); ok && n > v.highest {
+	if n, ok := router.ParseQuantityJSON(raw); ok && n > v.highest {
 		v.highest = n
 		v.epoch++
 	}
@@ -113,7 +113,7 @@ func (v *headView) sawBlockNumber(raw []byte) {
 // new). An answer the node worked out before another but sent after it
 // also counts as a change: one epoch too many only costs a join.
 func (v *headView) sawHeadNumber(raw []byte) {
-	if n, ok := quantityString(raw); ok && n != v.highest {
+	if n, ok := router.ParseQuantityJSON(raw); ok && n != v.highest {
 		v.highest = n
 		v.epoch++
 	}
@@ -133,6 +133,14 @@ func (v *headView) reset() {
 	v.last = headSeen{}
 	v.highest = 0
 	v.epoch++
+}
+
+// learn takes from the node's answer m in frame, to a call of method (key
+// its CallKey), what it teaches the core: an answer to keep (cache) and a
+// block it names (noteBlockNumber).
+func (c *Core) learn(method, key string, frame []byte, m *router.Message) {
+	c.keep(method, key, frame, m)
+	c.noteBlockNumber(method, key, frame, m)
 }
 
 // noteBlockNumber moves the head view (sawBlockNumber) when m, the node's
@@ -193,28 +201,4 @@ func memberValue(result []byte, name string, last bool) []byte {
 		return nil
 	}
 	return v[:end+2]
-}
-
-// quantityString reads a JSON string holding a quantity ("\"0x1a\"") of at
-// most 64 bits, without allocating.
-func quantityString(raw []byte) (uint64, bool) {
-	if len(raw) < 5 || len(raw) > 20 || raw[0] != '"' || raw[len(raw)-1] != '"' || raw[1] != '0' || (raw[2] != 'x' && raw[2] != 'X') {
-		return 0, false
-	}
-	var n uint64
-	for _, ch := range raw[3 : len(raw)-1] {
-		var d byte
-		switch {
-		case ch >= '0' && ch <= '9':
-			d = ch - '0'
-		case ch >= 'a' && ch <= 'f':
-			d = ch - 'a' + 10
-		case ch >= 'A' && ch <= 'F':
-			d = ch - 'A' + 10
-		default:
-			return 0, false
-		}
-		n = n<<4 | uint64(d)
-	}
-	return n, true
 }

@@ -87,8 +87,7 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 		return
 	}
 	if k := c.coal.answered(uid); k != nil {
-		c.keep(k.method, k.key, frame, m)
-		c.noteBlockNumber(k.method, k.key, frame, m)
+		c.learn(k.method, k.key, frame, m)
 		c.callAnswered(e, k, frame, m, lendable, now)
 		return
 	}
@@ -114,8 +113,7 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 	case router.KindUnsubscribe:
 		return
 	}
-	c.keep(p.Method, p.Key, frame, m)
-	c.noteBlockNumber(p.Method, p.Key, frame, m)
+	c.learn(p.Method, p.Key, frame, m)
 	if cl == nil {
 		return
 	}
@@ -231,8 +229,7 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 			out = append(out, ',')
 		}
 		held += len(p.Frame)
-		c.keep(p.Method, p.Key, frame, m)
-		c.noteBlockNumber(p.Method, p.Key, frame, m)
+		c.learn(p.Method, p.Key, frame, m)
 		c.answered(p, responseCode(frame, m), now)
 		out = router.AppendSpliced(out, elem, idSpan, p.ID)
 	}

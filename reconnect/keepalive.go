@@ -38,16 +38,15 @@ type pinger interface {
 //     sends nor reads anything is dropped interval+timeout after its last
 //     sign of life, as a silent one was with plain pings.
 //   - If bytes came but nothing was heard (no pong, no answer) by the end
-//     of the ping's timeout, and a
-//     message that began after the ping has been read whole (so the pong
-//     is not waiting behind a long message begun before it), the node is
-//     declared deaf and dropped the same way: it sends (pushes heads and
-//     logs, say) but takes nothing of ours, so every request on the
-//     connection would wait out its deadline. Otherwise the next round
-//     pings again. When the ping could not be sent all round, our writes
-//     waiting for the socket throughout, none taken for interval+timeout
-//     (the pause a silent node is allowed) and nothing heard, the node is
-//     deaf as well: it reads nothing of ours.
+//     of the ping's timeout, and a message that began after the ping has
+//     been read whole (so the pong is not waiting behind a long message
+//     begun before it), the node is declared deaf and dropped the same
+//     way: it sends (pushes heads and logs, say) but takes nothing of ours,
+//     so every request on the connection would wait out its deadline.
+//     Otherwise the next round pings again. When the ping could not be
+//     sent all round, our writes waiting for the socket throughout, none
+//     taken for interval+timeout (the pause a silent node is allowed) and
+//     nothing heard, the node is deaf as well: it reads nothing of ours.
 //
 // coder/websocket only sees pongs while someone reads c, so keepalive relies
 // on serve reading concurrently. It returns nil when ctx is done. A ping it
@@ -159,7 +158,7 @@ func startPing(c pinger, live *liveness, timeout time.Duration) *pingCall {
 		defer cancel()
 		if c.Ping(ctx) == nil {
 			p.ponged = true
-			live.heard()
+			live.hears()
 		}
 	}()
 	return p

@@ -137,19 +137,8 @@ func TestKeepaliveJudgesByProgress(t *testing.T) {
 				}
 				defer node.stop()
 				defer close(done)
-				logs := newLogRecorder()
-				s := New(Config{
-					Dial:         webSocketDialer("ws://node.test/", nil, 0, node.dial),
-					NewBackOff:   fastBackOff,
-					PingInterval: interval,
-					PingTimeout:  timeout,
-					Logger:       slog.New(logs),
-				})
-				var traffic sync.WaitGroup
-				defer traffic.Wait() // after stop: the connection is closed
-				start := time.Now()
-				stop := runSupervisor(t, s, func(ctx context.Context, c *Conn) error {
-					traffic.Go(func() { // muxd's traffic; ends once the connection fails
+				logs, start, stop := superviseKeepalive(t, webSocketDialer("ws://node.test/", nil, 0, node.dial), interval, timeout,
+					func(c *Conn) { // muxd's traffic; ends once the connection fails
 						msg := bytes.Repeat([]byte("x"), frameSize)
 						for range frames {
 							if c.Write(context.Background(), websocket.MessageText, msg) != nil {
@@ -159,9 +148,7 @@ func TestKeepaliveJudgesByProgress(t *testing.T) {
 								time.Sleep(readEvery)
 							}
 						}
-					})
-					return readUntilError(ctx, c)
-				})
+					}, readUntilError)
 				defer stop()
 
 				if tt.lostWhen == 0 {
@@ -275,26 +262,13 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				node := tt.node()
 				defer node.stop()
-				logs := newLogRecorder()
-				s := New(Config{
-					Dial:         webSocketDialer("ws://node.test/", nil, -1, node.dial),
-					NewBackOff:   fastBackOff,
-					PingInterval: interval,
-					PingTimeout:  timeout,
-					Logger:       slog.New(logs),
-				})
-				var traffic sync.WaitGroup
-				defer traffic.Wait() // after stop: the connection is closed
-				start := time.Now()
-				stop := runSupervisor(t, s, func(ctx context.Context, c *Conn) error {
-					traffic.Go(func() { // muxd's requests; end once the connection fails
+				logs, start, stop := superviseKeepalive(t, webSocketDialer("ws://node.test/", nil, -1, node.dial), interval, timeout,
+					func(c *Conn) { // muxd's requests; end once the connection fails
 						req := []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}`)
 						for c.Write(context.Background(), websocket.MessageText, req) == nil {
 							time.Sleep(every)
 						}
-					})
-					return readReporting(ctx, c)
-				})
+					}, readReporting)
 				defer stop()
 
 				if tt.lostWhen == 0 {
@@ -361,5 +335,26 @@ func keptFor(t *testing.T, logs *logRecorder, d time.Duration, node string) {
 		if r := <-logs.ch; r.Message == "upstream lost" {
 			t.Fatalf("%s was dropped after %v: %v", node, attr(r, "lived"), attr(r, "err"))
 		}
+	}
+}
+
+// superviseKeepalive runs a Supervisor dialling with dial, keepalive at
+// interval and timeout, whose serve runs traffic on a goroutine of its own
+// and reads with read until the connection fails. It returns the
+// supervisor's log, when it started, and stop, which ends it and waits for
+// the traffic (idempotent).
+func superviseKeepalive(t *testing.T, dial DialFunc, interval, timeout time.Duration,
+	traffic func(c *Conn), read func(context.Context, *Conn) error) (*logRecorder, time.Time, func()) {
+	logs := newLogRecorder()
+	s := New(Config{Dial: dial, NewBackOff: fastBackOff, PingInterval: interval, PingTimeout: timeout, Logger: slog.New(logs)})
+	var wg sync.WaitGroup
+	start := time.Now()
+	stopRun := runSupervisor(t, s, func(ctx context.Context, c *Conn) error {
+		wg.Go(func() { traffic(c) })
+		return read(ctx, c)
+	})
+	return logs, start, func() {
+		stopRun()
+		wg.Wait() // the connection is closed: the traffic ends
 	}
 }

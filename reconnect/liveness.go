@@ -38,74 +38,72 @@ import (
 // was writing when it read our ping, so keepalive judges a node deaf only
 // once a message that began after the ping has ended.
 //
-// Concurrency: progressed and heard are called by whichever goroutines read
-// and write the socket (serve's reader, the coalescer's flusher, a ping),
-// the other methods by the keepalive goroutine; watch by the dialer before
-// the socket is used. Everything is atomic.
+// Concurrency: progressed, tookWrite and hears are called by whichever
+// goroutines read and write the socket (serve's reader, the coalescer's
+// flusher, a ping), the other methods by the keepalive goroutine; watch by
+// the dialer before the socket is used. Everything is atomic.
 type liveness struct {
-	start time.Time // monotonic origin of last and lastHeard
+	start time.Time // monotonic origin of the signals' times
+	// life is progress; heard is hearing; took is our writes that waited
+	// for the socket and then completed (the node's side made room).
+	life, heard, took signal
+	// msgStarts and msgEnds are the messages serve began and finished.
+	msgStarts, msgEnds atomic.Uint64
+	conn               atomic.Pointer[coalescingConn] // the socket, once the dialer made it
+}
+
+// signal is one kind of proof: when it was last recorded (since the
+// liveness's start) and how many times.
+type signal struct {
 	last  atomic.Int64
 	count atomic.Uint64
-	// lastHeard and heardCount are hearing's last and count.
-	lastHeard  atomic.Int64
-	heardCount atomic.Uint64
-	msgStarts  atomic.Uint64
-	msgEnds    atomic.Uint64
-	// taken counts our writes that waited for the socket and then
-	// completed (the node's side made room); lastTaken is when the last
-	// did, as last.
-	taken     atomic.Uint64
-	lastTaken atomic.Int64
-	conn      atomic.Pointer[coalescingConn] // the socket, once the dialer made it
+}
+
+func (s *signal) record(at int64) {
+	s.last.Store(at)
+	s.count.Add(1)
 }
 
 func newLiveness() *liveness { return &liveness{start: time.Now()} }
 
-// progressed records proof of life now.
-func (l *liveness) progressed() {
-	l.last.Store(int64(time.Since(l.start)))
-	l.count.Add(1)
+// now is the time since l's start, as signals record it.
+func (l *liveness) now() int64 { return int64(time.Since(l.start)) }
+
+// since is how long ago s was last recorded (or the liveness made, if
+// never).
+func (l *liveness) since(s *signal) time.Duration {
+	return time.Duration(l.now() - s.last.Load())
 }
+
+// progressed records proof of life now.
+func (l *liveness) progressed() { l.life.record(l.now()) }
 
 // tookWrite records that a write of ours waited for the socket and then
-// completed: proof of life (progressed), and that our backlog moves.
+// completed: proof of life, and that our backlog moves.
 func (l *liveness) tookWrite() {
-	l.progressed()
-	l.lastTaken.Store(l.last.Load())
-	l.taken.Add(1)
+	at := l.now()
+	l.life.record(at)
+	l.took.record(at)
 }
 
-// untakenFor is how long ago a write of ours was last taken after waiting
-// (or the liveness made, if never).
-func (l *liveness) untakenFor() time.Duration {
-	return time.Since(l.start) - time.Duration(l.lastTaken.Load())
+// hears records proof that the node reads and acts on what we send (see
+// liveness); it is proof of life too.
+func (l *liveness) hears() {
+	at := l.now()
+	l.life.record(at)
+	l.heard.record(at)
 }
 
-// heard records proof that the node reads and acts on what we send (see
-// liveness); it is progress too.
-func (l *liveness) heard() {
-	l.progressed()
-	l.lastHeard.Store(l.last.Load())
-	l.heardCount.Add(1)
-}
+// quietFor, unheardFor and untakenFor are how long ago proof of life,
+// hearing and a write taken were last recorded.
+func (l *liveness) quietFor() time.Duration   { return l.since(&l.life) }
+func (l *liveness) unheardFor() time.Duration { return l.since(&l.heard) }
+func (l *liveness) untakenFor() time.Duration { return l.since(&l.took) }
 
-// unheardFor is how long ago hearing was last recorded (or the liveness
-// made, if never).
-func (l *liveness) unheardFor() time.Duration {
-	return time.Since(l.start) - time.Duration(l.lastHeard.Load())
-}
-
-// hearing is a counter that changes whenever hearing is recorded.
-func (l *liveness) hearing() uint64 { return l.heardCount.Load() }
-
-// quietFor is how long ago proof of life was last recorded (or the
-// liveness made, if never).
-func (l *liveness) quietFor() time.Duration {
-	return time.Since(l.start) - time.Duration(l.last.Load())
-}
-
-// progress is a counter that changes whenever proof of life is recorded.
-func (l *liveness) progress() uint64 { return l.count.Load() }
+// progress and hearing are counters that change whenever proof of life,
+// or hearing, is recorded.
+func (l *liveness) progress() uint64 { return l.life.count.Load() }
+func (l *liveness) hearing() uint64  { return l.heard.count.Load() }
 
 // backlogged reports whether our own writes are queued: a ping written now
 // would wait behind them.

@@ -36,7 +36,7 @@ type Conn struct {
 // for every message.
 func (c *Conn) Answered() {
 	if c != nil && c.live != nil {
-		c.live.heard()
+		c.live.hears()
 	}
 }
 

@@ -69,10 +69,10 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // scan does, a later id member replaces an earlier one; members after head
 // are not known, so an id is taken as found once a member's value (the
 // result, usually) runs past head. What follows the id is not validated:
-// the message is thrown away, only its id is wanted. ok is false when no whole id is among
-// the members before that point (an id that comes after a result or error
-// which runs past head, or an id cut by head's end), or when head does not
-// start like a response at all.
+// the message is thrown away, only its id is wanted. ok is false when no
+// whole id is among the members before that point (an id that comes after a
+// result or error which runs past head, or an id cut by head's end), or when
+// head does not start like a response at all.
 func TruncatedResponseID(head []byte) (id Span, inArray, ok bool) {
 	b := head
 	i := skipSpace(b, 0)

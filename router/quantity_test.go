@@ -16,3 +16,20 @@ func TestParseQuantity(t *testing.T) {
 		}
 	}
 }
+
+func TestParseQuantityJSON(t *testing.T) {
+	for _, tc := range []struct {
+		raw string
+		n   uint64
+		ok  bool
+	}{
+		{`"0x10"`, 16, true}, {`"0X1aF"`, 0x1af, true}, {`"0xffffffffffffffff"`, 1<<64 - 1, true},
+		{`"0x"`, 0, false}, {`"0x1ffffffffffffffff"`, 0, false}, {`"10"`, 0, false}, {`0x10`, 0, false},
+		{`"0xg"`, 0, false}, {`null`, 0, false}, {`""`, 0, false},
+	} {
+		n, ok := ParseQuantityJSON([]byte(tc.raw))
+		if n != tc.n || ok != tc.ok {
+			t.Errorf("ParseQuantityJSON(%s) = %d, %v; want %d, %v", tc.raw, n, ok, tc.n, tc.ok)
+		}
+	}
+}
