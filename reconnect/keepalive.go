@@ -45,8 +45,10 @@ type pinger interface {
 //     so every request on the connection would wait out its deadline.
 //     Otherwise the next round pings again. When the ping could not be
 //     sent all round, our writes waiting for the socket throughout, none
-//     taken for interval+timeout (the pause a silent node is allowed) and
-//     nothing heard, the node is deaf as well: it reads nothing of ours.
+//     taken for interval+timeout (the pause a silent node is allowed),
+//     nothing heard, and a message begun this round read whole (a node
+//     writing us one long answer may read nothing meanwhile), the node is
+//     deaf as well: it reads nothing of ours.
 //
 // coder/websocket only sees pongs while someone reads c, so keepalive relies
 // on serve reading concurrently. It returns nil when ctx is done. A ping it
@@ -68,7 +70,7 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 		}
 		// Quiet or unheard for interval: ask, and give the node timeout to
 		// show life and to be heard.
-		mark, heardMark := live.progress(), live.hearing()
+		mark, heardMark, msgsMark := live.progress(), live.hearing(), live.msgStarts.Load()
 		quiet := live.quietFor() >= interval // else only unheard
 		asked := p.running()                 // a ping sent earlier is still out
 		ask := func() {
@@ -109,11 +111,13 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 			c.CloseNow()
 			return fmt.Errorf("%w: nothing from the node and none of our writes taken within %s of a ping", ErrPingTimeout, timeout)
 		}
-		if !asked && live.hearing() == heardMark && live.backlogged() && live.untakenFor() >= interval+timeout {
+		if !asked && live.hearing() == heardMark && live.backlogged() && live.untakenFor() >= interval+timeout &&
+			live.msgEnds.Load() > msgsMark {
 			// Our writes waited for the socket all round, none taken
-			// for as long as a silent node is given, nothing heard: the
-			// node reads nothing of ours (the ping could not even be
-			// sent), whatever it pushes.
+			// for as long as a silent node is given, nothing heard, and
+			// the node is not busy writing us one long message (one
+			// begun this round has ended): it reads nothing of ours (the
+			// ping could not even be sent), whatever it pushes.
 			c.CloseNow()
 			return fmt.Errorf("%w: the node sends but has taken nothing of ours (our writes have waited for the socket for %s, nothing heard)", ErrPingTimeout, live.untakenFor().Round(time.Millisecond))
 		}
