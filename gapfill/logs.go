@@ -215,6 +215,60 @@ func logsByHash(k *keyState, n uint64, hash string) *request {
 // after a reorg each replaced block would cost a round trip of its own.
 const checkWindow = 3
 
+// findFork starts logs job j's first round: the node's head and the
+// canonical hashes of the remembered blocks, from the highest down, to
+// find the fork point (resolveChecks).
+func (m *Machine) findFork(k *keyState, j *job, now time.Time) {
+	j.checked = map[uint64]string{}
+	j.heldFrom = len(k.held)
+	for n := range k.blocks {
+		j.checks = append(j.checks, n)
+	}
+	slices.Sort(j.checks)
+	slices.Reverse(j.checks)
+	// The head and the first checks go together: neither waits for the
+	// other (each round trip counts on a connection that may not last).
+	m.enqueue(k, latestBlock(purposeHeadNumber), now)
+	m.askChecks(k, now)
+}
+
+// MaxForkRestarts bounds how often one logs job starts over because a
+// reorg moved its fork point while it ran (forkMoved); past it the job
+// delivers what it has and counts a late gap.
+const MaxForkRestarts = 3
+
+// forkMoved reports whether what logs job j learned after its checks says
+// that a remembered block it took as kept was replaced meanwhile: a
+// reorg at or below the fork point while the job ran. The node's later
+// answers name another hash for it (a head's parent, a jump's blocks), or
+// the node pushed the removal of one of its logs (a push held since the
+// checks were asked: the node pushes a reorg's removals to every live
+// subscription). Fetched from above the old fork point and delivered, the
+// new branch's logs would follow the old branch's without their removal,
+// and the new branch's logs below it would be skipped.
+func forkMoved(k *keyState, j *job) bool {
+	for n, b := range k.blocks {
+		if h, ok := j.checked[n]; ok && h != b.hash && !slices.Contains(j.replaced, n) {
+			return true
+		}
+	}
+	for _, res := range k.held[min(j.heldFrom, len(k.held)):] {
+		if l, ok := parseLog(res); ok && l.removed && seen(k, l) && !slices.Contains(j.replaced, l.block) {
+			return true
+		}
+	}
+	return false
+}
+
+// restartChecks starts logs job j over from its checks, forgetting what it
+// asked and fetched: the fork point it found is no longer one. The pushes
+// it holds stay held; its deadline stands.
+func (m *Machine) restartChecks(k *keyState, j *job, now time.Time) {
+	m.dropRequests(k.key)
+	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1}
+	m.findFork(k, j, now)
+}
+
 // askChecks asks for the canonical hash of the highest remembered blocks
 // not asked for yet, keeping checkWindow ahead of the answers.
 func (m *Machine) askChecks(k *keyState, now time.Time) {
@@ -248,6 +302,10 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 		j.forkOK, j.forkAt = true, n
 	}
 	if !j.haveHead {
+		return
+	}
+	if forkMoved(k, j) && j.restarts < MaxForkRestarts {
+		m.restartChecks(k, j, now)
 		return
 	}
 	// Checks still asked for are not needed any more.
@@ -390,11 +448,22 @@ func (m *Machine) startJump(k *keyState, from, to uint64, known map[uint64]strin
 	m.fetchRange(k, from, now)
 }
 
-// afterChunk delivers once every chunk is in.
+// afterChunk delivers once every chunk is in, unless the fork point
+// moved under the job: then it starts over, or past MaxForkRestarts
+// delivers what it has and counts the gap as late.
 func (m *Machine) afterChunk(k *keyState, now time.Time) {
-	if j := k.job; j != nil && j.fetching && j.chunks == 0 {
-		m.deliverLogs(k, now)
+	j := k.job
+	if j == nil || !j.fetching || j.chunks != 0 {
+		return
 	}
+	if forkMoved(k, j) {
+		if j.restarts < MaxForkRestarts {
+			m.restartChecks(k, j, now)
+			return
+		}
+		j.late = true
+	}
+	m.deliverLogs(k, now)
 }
 
 // deliverLogs ends a logs job: the logs of replaced blocks again with

@@ -774,3 +774,76 @@ func TestLogsFilterAsNodeReadsIt(t *testing.T) {
 		})
 	}
 }
+
+// TestLogsForkMovesUnderJob: a reorg reaches the fork point a logs job
+// found after its checks were answered (the node reorged while the job
+// waited for its head). The job must not deliver the new branch's logs
+// after the old branch's without their removal: the node's later answer
+// names another parent, or it pushes the removal of a log the key was
+// delivered, and the job finds the fork again. (Found by the chaos suite:
+// log 33/2 of a new branch after 32/1 of the old, never removed.)
+func TestLogsForkMovesUnderJob(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	forked := chainOf(1, 4, 60) // blocks 5 on differ
+	tests := []struct {
+		name      string
+		head      uint64 // the node's head when it answers the job's head request
+		pushGone  bool   // the node pushes the removal of main 5's logs
+		wantCheck int    // eth_getBlockByNumber checks of block 5 asked
+	}{
+		{name: "the head's parent and the pushed removal say so", head: 6, pushGone: true, wantCheck: 2},
+		{name: "only the pushed removal says so", head: 7, pushGone: true, wantCheck: 2},
+		{name: "only the head's parent says so (a node that pushes no removals)", head: 6, wantCheck: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{chain: main, logs: append(logsOf(main, 1, 60), logsOf(forked, 5, 60)...)}
+			h := lostAfterLogs(t, Config{Blocks: 128}, n, 5)
+			var headReq []Send
+			n.hook = func(s Send) ([]byte, bool, bool) {
+				if s.Method == "eth_getBlockByNumber" && string(s.Params) == `["latest",false]` && headReq == nil {
+					headReq = append(headReq, s)
+					return nil, false, true
+				}
+				return nil, false, false
+			}
+			n.head = 5
+			h.out = nil
+			h.apply(h.m.Live(logsKey, h.now), nil) // the checks are answered on main
+			if len(headReq) != 1 || len(h.out) != 0 {
+				t.Fatalf("head asked %d times, delivered %v before the job ends", len(headReq), h.deliveredLogs())
+			}
+			// The node reorgs below the fork point the job found and
+			// pushes what it pushes to a live subscription.
+			n.chain, n.head = forked, tt.head
+			if tt.pushGone {
+				for _, l := range only(logsOf(main, 5, 5), "0xaa") {
+					h.push(logsKey, logJSON(l, true))
+				}
+			}
+			for _, l := range only(logsOf(forked, 5, tt.head), "0xaa") {
+				h.push(logsKey, logJSON(l, false))
+			}
+			answerLater(h, n, headReq)
+			for range 4 {
+				h.tick(h.m.cfg.RetryDelay)
+			}
+			want := append(logStrings(only(logsOf(main, 5, 5), "0xaa"), true), logStrings(only(logsOf(forked, 5, tt.head), "0xaa"), false)...)
+			if got := h.deliveredLogs(); !slices.Equal(got, want) {
+				t.Errorf("delivered\n%v\nwant\n%v", got, want)
+			}
+			if len(h.gaps) != 0 || h.m.keys[logsKey].job != nil {
+				t.Errorf("gaps %v, job running %v; want none, false", h.gaps, h.m.keys[logsKey].job != nil)
+			}
+			checks := 0
+			for _, s := range n.seen {
+				if s.Method == "eth_getBlockByNumber" && string(s.Params) == `["0x5",false]` {
+					checks++
+				}
+			}
+			if checks != tt.wantCheck {
+				t.Errorf("block 5 checked %d times, want %d (once more after the fork moved)", checks, tt.wantCheck)
+			}
+		})
+	}
+}

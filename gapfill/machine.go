@@ -269,6 +269,10 @@ type job struct {
 	fetched  []logEntry
 	missing  bool // a chunk was given up
 	late     bool // a fetched log came after a later one was delivered
+	// heldFrom is how many of the key's held pushes came before the
+	// checks were (last) asked: the checks' answers know of those.
+	heldFrom int
+	restarts int // times the fork moved under the job (restartChecks)
 }
 
 func (m *Machine) take() Effects {
@@ -345,18 +349,7 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 			m.askBaseline(k, now)
 			break
 		}
-		j := m.startJob(k, now)
-		j.checked = map[uint64]string{}
-		for n := range k.blocks {
-			j.checks = append(j.checks, n)
-		}
-		slices.Sort(j.checks)
-		slices.Reverse(j.checks)
-		// The head and the first checks go together: neither waits for
-		// the other (each round trip counts on a connection that may
-		// not last).
-		m.enqueue(k, latestBlock(purposeHeadNumber), now)
-		m.askChecks(k, now)
+		m.findFork(k, m.startJob(k, now), now)
 	case k.kind == kindHeads && k.job == nil && k.haveLast:
 		// The next push starts the job that fills the gap; if none comes
 		// within HeadWait, the node is asked for its head (Tick), so the
