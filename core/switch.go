@@ -1,6 +1,8 @@
 package core
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/muxd/muxd/router"
@@ -10,9 +12,9 @@ import (
 // the first still works (package failover chooses when: a lagging or
 // stalled node, a failback to the preferred one). It is the loss of the
 // old connection, as UpstreamLost, with one difference: a request that may
-// not be sent twice (a single client call whose method is not on the retry
-// list, eth_sendRawTransaction above all) stays with the old connection,
-// which still answers it. Everything else moves: retryable requests go
+// not be sent twice (a client call whose method is not on the retry list,
+// eth_sendRawTransaction above all, alone or with the rest of its batch's
+// array) stays with the old connection, which still answers it. Everything else moves: retryable requests go
 // again on the new connection, subscriptions are made there with their
 // client ids unchanged and their gaps filled (package gapfill), so that a
 // switch is as lossless as a reconnect and loses no answer a loss would
@@ -76,16 +78,28 @@ func (c *Core) UpstreamSwitch(e *Effects, gen uint64, now time.Time) {
 }
 
 // stays reports whether pending request p stays with the connection muxd
-// switches away from: a client's single call (not part of a batch, not
-// waiting on a coalesced call) that may not be sent twice. Those of a
-// connection already draining stay too.
+// switches away from: a client's single call (not waiting on a coalesced
+// call) that may not be sent twice, and every call of a client batch's
+// upstream array that holds such a call still owed, once the whole batch
+// has been sent (the node answers the array as one; a batch with arrays
+// still to send moves as on a loss). Those of a connection already
+// draining stay too.
 func (c *Core) stays(id uint64, p *router.Pending) bool {
 	if c.drain.holds(id, p) {
 		return true
 	}
-	return p.Kind == router.KindCall && p.Client != router.Internal && p.Up == nil &&
-		!c.policy.retryable(p.Method) && c.coal.waiter[id] == nil
+	if p.Kind != router.KindCall || p.Client == router.Internal {
+		return false
+	}
+	if p.Up != nil {
+		return p.Up.SentOwing(c.mayNotRepeat)
+	}
+	return c.mayNotRepeat(p) && c.coal.waiter[id] == nil
 }
+
+// mayNotRepeat reports whether p's method is one that is not sent twice
+// (not on retry_methods).
+func (c *Core) mayNotRepeat(p *router.Pending) bool { return !c.policy.retryable(p.Method) }
 
 // drained closes the draining connection once the requests left to it
 // have all left the pending table (answered, timed out, or their client
@@ -111,7 +125,9 @@ func (c *Core) drained(e *Effects) {
 func (c *Core) failDrain(e *Effects, now time.Time) {
 	lost := router.ErrorUnavailable.Because("connection lost")
 	failed := 0
-	for id := range c.drain.ids {
+	// In id order: the calls of a batch's array are answered in the
+	// client's order, as everywhere else.
+	for _, id := range slices.Sorted(maps.Keys(c.drain.ids)) {
 		p, ok := c.reqs.Take(id)
 		if !ok {
 			continue

@@ -75,11 +75,29 @@ func TestUpstreamSwitch(t *testing.T) {
 			{do: "switch"},
 			{do: "gone c1", want: []string{"close 1"}},
 		}},
-		{name: "a_batch_moves_as_on_a_loss", steps: []step{
+		{name: "a_batch_with_a_send_stays_whole_with_the_old_connection", steps: []step{
+			{do: "join"}, {do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + send("1") + "," + req("2", "eth_chainId") + "]", want: []string{"up> [" + send("1") + "," + req("2", "eth_chainId") + "]"}},
+			{do: "c2", in: "[" + req("3", "eth_call") + "," + req("4", "eth_chainId") + "]", want: []string{"up> [" + req("3", "eth_call") + "," + req("4", "eth_chainId") + "]"}},
+			// The reads-only batch goes again on connection 2, as one
+			// array; the batch with the send stays whole on 1.
+			{do: "switch", want: []string{"up> [" + req("3", "eth_call") + "," + req("4", "eth_chainId") + "]"}, counts: map[string]int{"retried": 2}},
+			{do: "up 1", in: "[" + res("1", `"0xhash"`) + "," + res("2", `"0x1"`) + "]", want: []string{"c1< [" + res("1", `"0xhash"`) + "," + res("2", `"0x1"`) + "]", "close 1"}},
+			{do: "up", in: "[" + res("3", `"0x"`) + "," + res("4", `"0x1"`) + "]", want: []string{"c2< [" + res("3", `"0x"`) + "," + res("4", `"0x1"`) + "]"}},
+		}},
+		{name: "a_batch_that_stayed_fails_whole_with_the_old_connection", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: "[" + send("1") + "," + req("2", "eth_chainId") + "]", want: []string{"up> [" + send("1") + "," + req("2", "eth_chainId") + "]"}},
+			{do: "switch"},
+			{do: "lost 1", want: []string{"c1< [" + lostErr("1") + "," + lostErr("2") + "]"}},
+		}},
+		{name: "a_batch_whose_send_was_answered_moves", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + send("1") + "," + req("2", "eth_chainId") + "]", want: []string{"up> [" + send("1") + "," + req("2", "eth_chainId") + "]"}},
+			{do: "up", in: res("1", `"0xhash"`)},
+			// Alone in its array now, the read goes as a single request.
 			{do: "switch", want: []string{"up> " + req("2", "eth_chainId"), "close 1"}},
-			{do: "up", in: res("2", `"0x1"`), want: []string{"c1< [" + lostErr("1") + "," + res("2", `"0x1"`) + "]"}},
+			{do: "up", in: res("2", `"0x1"`), want: []string{"c1< [" + res("1", `"0xhash"`) + "," + res("2", `"0x1"`) + "]"}},
 		}},
 		{name: "switch_without_a_current_connection_connects", steps: []step{
 			{do: "join"},

@@ -321,6 +321,20 @@ func (u *UpstreamBatch) AnswerRoom(n int) []byte {
 	return u.arena[:0]
 }
 
+// SentOwing reports whether every element of u has been sent and some call
+// not yet settled is one for which owing reports true.
+func (u *UpstreamBatch) SentOwing(owing func(p *Pending) bool) bool {
+	if u.next != len(u.elems) {
+		return false
+	}
+	for i := range u.elems {
+		if e := &u.elems[i]; e.id != 0 && !e.settled && owing(&e.p) {
+			return true
+		}
+	}
+	return false
+}
+
 // Started reports whether anything of the batch has been sent.
 func (u *UpstreamBatch) Started() bool { return u.next > 0 }
 
