@@ -13,9 +13,12 @@ import (
 func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 	if l.removed {
 		// A live reorg: the node says it itself; the log is not
-		// delivered any more. A removal of a log this key was never
-		// sent (it was replaced before it could be: a backfill already
-		// delivered the new branch) tells the subscribers nothing.
+		// delivered any more. The new branch's logs from this block on
+		// are still to come: a reconnect before they do must fetch
+		// them. A removal of a log this key was never sent (it was
+		// replaced before it could be: a backfill already delivered the
+		// new branch) tells the subscribers nothing.
+		m.uncover(k, l.block)
 		if !seen(k, l) {
 			return
 		}
@@ -25,7 +28,6 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 			delete(k.blocks, l.block)
 		}
 		m.deliver(k, live, l.raw)
-		delivered(k, l)
 		return
 	}
 	if seen(k, l) {
@@ -52,16 +54,30 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 	if live {
 		l.raw = append([]byte(nil), l.raw...)
 	}
+	if k.haveCovered && l.block < k.covered {
+		// A log of a block below the one the key had covered: another
+		// branch's (a reorg the key saw no removal of, its old blocks
+		// holding no log of the key), whose later blocks' logs are
+		// still to come. (A log of the covered block itself is usually
+		// one pushed late: the margin quietCovered leaves, or the block
+		// the key started at.)
+		m.uncover(k, l.block)
+	}
 	m.remember(k, l)
 	m.deliver(k, live, l.raw)
-	delivered(k, l)
 	// Every block below a log's was delivered whole: the node pushes in
 	// chain order.
 	if l.block > 0 && (!k.haveCovered || l.block-1 > k.covered) {
 		if !k.haveCovered {
 			k.start = l.block - 1
 		}
-		k.covered, k.haveCovered = l.block-1, true
+		// Its hash is l's block's parent: known when the heads pushed
+		// on this connection named l's block; else l's block is
+		// remembered, and checked, above it.
+		k.covered, k.coveredHash, k.haveCovered = l.block-1, "", true
+		if m.nodeHashes[l.block] == l.hash {
+			k.coveredHash = m.nodeHashes[l.block-1]
+		}
 	}
 }
 
@@ -89,18 +105,23 @@ func (p logPos) before(q logPos) bool {
 	return p.block < q.block || (p.block == q.block && p.index < q.index)
 }
 
-// delivered records where the last log delivered to k was: at l, or for
-// a removal, the start of its block (the branch replacing it starts
-// there).
-func delivered(k *keyState, l logEntry) {
-	p := logPos{l.block, l.index}
-	if l.removed {
-		p.index = 0
-		if k.haveLastPos && !p.before(k.lastPos) {
-			return
+// topDelivered returns the place of the last log delivered to k that
+// stands (not removed): a log delivered now before it would break the
+// chain order.
+func topDelivered(k *keyState) (logPos, bool) {
+	var top logPos
+	have := false
+	for n, b := range k.blocks {
+		if have && n < top.block {
+			continue
+		}
+		for _, l := range b.logs {
+			if p := (logPos{l.block, l.index}); !have || top.before(p) {
+				top, have = p, true
+			}
 		}
 	}
-	k.lastPos, k.haveLastPos = p, true
+	return top, have
 }
 
 // laterDelivered reports whether a log of a block above n was delivered
@@ -224,6 +245,11 @@ func (m *Machine) findFork(k *keyState, j *job, now time.Time) {
 	for n := range k.blocks {
 		j.checks = append(j.checks, n)
 	}
+	if _, ok := k.blocks[k.covered]; !ok && k.coveredHash != "" {
+		// The covered block too: a reorg may have replaced it, and the
+		// blocks below it, where no log of the key was.
+		j.checks = append(j.checks, k.covered)
+	}
 	slices.Sort(j.checks)
 	slices.Reverse(j.checks)
 	// The head and the first checks go together: neither waits for the
@@ -251,6 +277,9 @@ func forkMoved(k *keyState, j *job) bool {
 		if h, ok := j.checked[n]; ok && h != b.hash && !slices.Contains(j.replaced, n) {
 			return true
 		}
+	}
+	if h, ok := j.checked[k.covered]; ok && k.coveredHash != "" && h != k.coveredHash && !slices.Contains(j.replaced, k.covered) {
+		return true
 	}
 	for _, res := range k.held[min(j.heldFrom, len(k.held)):] {
 		if l, ok := parseLog(res); ok && l.removed && seen(k, l) && !slices.Contains(j.replaced, l.block) {
@@ -295,7 +324,7 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 		}
 		j.checks = j.checks[1:]
 		j.asked--
-		if b := k.blocks[n]; b != nil && b.hash != hash {
+		if was, ok := rememberedHash(k, n); ok && was != hash {
 			j.replaced = append(j.replaced, n)
 			continue
 		}
@@ -351,9 +380,47 @@ func (m *Machine) quietCovered(head uint64) {
 	}
 	for _, k := range m.keys {
 		if k.kind == kindLogs && k.live && k.job == nil && k.haveCovered && head-2 > k.covered {
-			k.covered = head - 2
+			k.covered, k.coveredHash = head-2, m.nodeHashes[head-2]
 		}
 	}
+}
+
+// uncover lowers what logs key k has covered to below block n, whose
+// block a reorg replaced: the new branch's logs there are not delivered
+// yet.
+// The reorg may reach below n, through blocks where the key had no log:
+// the block covered is lowered to is one whose hash the next backfill
+// checks (resolveChecks), so that it finds such a fork point: block n-1
+// when the heads pushed on this connection named it, else the highest
+// block below n whose logs the key was delivered, else (nothing known)
+// n-1 unchecked.
+func (m *Machine) uncover(k *keyState, n uint64) {
+	if !k.haveCovered || n == 0 || k.covered+1 < n {
+		return
+	}
+	c, hash := n-1, m.nodeHashes[n-1]
+	if hash == "" {
+		for b := range k.blocks {
+			if b < n && (hash == "" || b > c) {
+				c, hash = b, k.blocks[b].hash
+			}
+		}
+	}
+	if c < k.covered || (c == k.covered && k.coveredHash == "") {
+		k.covered, k.coveredHash = c, hash
+	}
+}
+
+// rememberedHash returns the hash logs key k knows block n by: a block
+// whose logs it was delivered, or its covered block.
+func rememberedHash(k *keyState, n uint64) (string, bool) {
+	if b := k.blocks[n]; b != nil {
+		return b.hash, true
+	}
+	if n == k.covered && k.coveredHash != "" {
+		return k.coveredHash, true
+	}
+	return "", false
 }
 
 // ByHashBlocks is the most blocks a logs job fetches block by block, with
@@ -405,6 +472,20 @@ func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 func (m *Machine) noteHead(h header, now time.Time) {
 	prev, had := m.nodeHead, m.haveNodeHead
 	m.nodeHead, m.haveNodeHead = h.num, true
+	if had && h.num <= prev {
+		// A reorg: block h.num on is another branch's, whose logs the
+		// node pushes after this head or shortly before it. Every logs
+		// key owes them until a later head shows they came
+		// (quietCovered), or a backfill fetches them after a reconnect.
+		// (Before h's hashes are noted: the block covered is lowered to
+		// is named by the branch the key was delivered.)
+		for _, k := range m.keys {
+			if k.kind == kindLogs {
+				m.uncover(k, h.num)
+			}
+		}
+	}
+	m.noteHashes(h)
 	if had && h.num == prev+1 {
 		m.quietCovered(h.num)
 	}
@@ -432,6 +513,21 @@ func (m *Machine) noteHead(h header, now time.Time) {
 			continue
 		}
 		m.startJump(k, from, h.num, map[uint64]string{h.num: h.hash, h.num - 1: h.parent}, now) // h.num > prev+1 > 0
+	}
+}
+
+// noteHashes records the hashes head h names (its own and its parent's)
+// and forgets those above it (another branch's, after a reorg) and those
+// more than Blocks below it.
+func (m *Machine) noteHashes(h header) {
+	for n := range m.nodeHashes {
+		if n > h.num || n+uint64(m.cfg.Blocks) < h.num {
+			delete(m.nodeHashes, n)
+		}
+	}
+	m.nodeHashes[h.num] = h.hash
+	if h.num > 0 {
+		m.nodeHashes[h.num-1] = h.parent
 	}
 }
 
@@ -479,8 +575,6 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		logs := slices.SortedFunc(slices.Values(b.logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
 		for _, l := range logs {
 			m.deliver(k, false, asRemoved(l.raw))
-			l.removed = true
-			delivered(k, l)
 			m.eff.LogsBackfilled++
 		}
 		delete(k.blocks, j.replaced[i])
@@ -491,11 +585,12 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		}
 		return cmp.Compare(x.index, y.index)
 	})
+	top, haveTop := topDelivered(k)
 	for _, l := range j.fetched {
 		if seen(k, l) {
 			continue
 		}
-		if k.haveLastPos && (logPos{l.block, l.index}).before(k.lastPos) {
+		if haveTop && (logPos{l.block, l.index}).before(top) {
 			// A later log went out first (the node pushed a later
 			// block's logs before the head that showed the jump):
 			// delivered now, it would break the order.
@@ -504,7 +599,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		}
 		m.remember(k, l)
 		m.deliver(k, false, l.raw)
-		delivered(k, l)
+		top, haveTop = logPos{l.block, l.index}, true
 		m.eff.LogsBackfilled++
 	}
 	if j.missing {
@@ -514,7 +609,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		m.gap(k, "late")
 	}
 	if j.fetching && j.head > k.covered {
-		k.covered = j.head
+		k.covered, k.coveredHash = j.head, j.checked[j.head]
 	}
 	m.endJob(k, now)
 }

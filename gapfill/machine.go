@@ -143,6 +143,11 @@ type Machine struct {
 	// jump, whose blocks every logs key backfills (noteHead).
 	nodeHead     uint64
 	haveNodeHead bool
+	// nodeHashes are the hashes of the blocks the heads pushed on the
+	// current connection name (each head and its parent), by number, for
+	// the last Blocks numbers: what a logs key's covered block is, so
+	// that a backfill can tell whether a reorg replaced it.
+	nodeHashes map[uint64]string
 
 	// headWaits are the newHeads keys live again on this connection that
 	// have had no push yet, with when they ask the node for its head
@@ -152,7 +157,7 @@ type Machine struct {
 
 // New returns a machine with no keys.
 func New(cfg Config) *Machine {
-	return &Machine{cfg: cfg.withDefaults(), keys: map[string]*keyState{}, reqs: map[uint64]*request{}, headWaits: map[string]time.Time{}}
+	return &Machine{cfg: cfg.withDefaults(), keys: map[string]*keyState{}, reqs: map[uint64]*request{}, headWaits: map[string]time.Time{}, nodeHashes: map[uint64]string{}}
 }
 
 // Enabled reports whether backfill is on (Config.Blocks > 0).
@@ -172,19 +177,18 @@ type keyState struct {
 	haveLast bool
 
 	// logs: what was delivered, by block, for the last Blocks blocks;
-	// covered is the highest block all of whose logs were delivered.
+	// covered is the highest block all of whose logs were delivered;
+	// coveredHash its hash when known ("" otherwise): those logs were
+	// of the branch through that block, which a reorg may replace even
+	// where no log of the key was.
 	blocks      map[uint64]*logBlock
 	covered     uint64
+	coveredHash string
 	haveCovered bool
 	// logs: the block the key started after (the node's head when it
 	// became live the first time, as far as known): a head jump from
 	// below it owes nothing before it.
 	start uint64
-	// logs: the place of the last log delivered (lowered to the start of
-	// a block whose logs were removed): a backfilled log before it would
-	// go out of chain order.
-	lastPos     logPos
-	haveLastPos bool
 	// logs: a head jump seen while a job ran, whose blocks
 	// [owedFrom, owedTo] the next job fetches; owedTo 0: none.
 	owedFrom, owedTo uint64
@@ -414,6 +418,7 @@ func (m *Machine) Disconnected() {
 	clear(m.reqs)
 	clear(m.headWaits)
 	m.haveNodeHead = false // the next connection's job covers the outage
+	clear(m.nodeHashes)
 	for _, k := range m.keys {
 		k.live = false
 		k.owedTo = 0
@@ -499,7 +504,7 @@ func (m *Machine) Answer(id uint64, result []byte, now time.Time) Effects {
 	}
 	if r.purpose == purposeBaseline {
 		if n, ok := parseQuantityJSON(result); ok && !k.haveCovered {
-			k.covered, k.haveCovered = n, true
+			k.covered, k.coveredHash, k.haveCovered = n, "", true
 			k.start = n
 		}
 		return m.take()
