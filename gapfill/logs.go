@@ -586,8 +586,16 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		return cmp.Compare(x.index, y.index)
 	})
 	top, haveTop := topDelivered(k)
+	gone := removals(k.held)
 	for _, l := range j.fetched {
 		if seen(k, l) {
+			continue
+		}
+		if _, ok := gone[logID(l)]; ok {
+			// Orphaned by a reorg the node pushed while the job ran
+			// (its answers straddled it): the subscriber need not get
+			// a log only to be told it is gone, next to another
+			// branch's. Its held removal is then dropped by onLog.
 			continue
 		}
 		if haveTop && (logPos{l.block, l.index}).before(top) {
