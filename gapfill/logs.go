@@ -282,8 +282,19 @@ func forkMoved(k *keyState, j *job) bool {
 		return true
 	}
 	for _, res := range k.held[min(j.heldFrom, len(k.held)):] {
-		if l, ok := parseLog(res); ok && l.removed && seen(k, l) && !slices.Contains(j.replaced, l.block) {
+		l, ok := parseLog(res)
+		if !ok || !l.removed {
+			continue
+		}
+		if seen(k, l) && !slices.Contains(j.replaced, l.block) {
 			return true
+		}
+		// A log the job fetched: its answers straddled the reorg, and
+		// the new branch's logs of that block may be missing from them.
+		for _, f := range j.fetched {
+			if f.block == l.block && f.hash == l.hash && f.index == l.index {
+				return true
+			}
 		}
 	}
 	return false
