@@ -322,14 +322,21 @@ func (c *Core) batchDone(e *Effects, cl *client, b *router.Batch) {
 	}
 }
 
-// errHeldBytes refuses what would take a client past max_held_bytes.
+// errHeldBytes refuses what would take a client past max_held_bytes, or
+// all clients past max_held_bytes_total.
 var errHeldBytes = router.ErrorLimit.Because("too many request bytes in flight")
 
 // overHeld reports, counting the refusal, whether cl holding size more
-// bytes would pass max_held_bytes; a client holding nothing may always.
+// bytes would pass max_held_bytes (a client holding nothing may always
+// send one), or all clients together max_held_bytes_total (so that many
+// clients cannot make muxd hold what one may not).
 func (c *Core) overHeld(cl *client, size int) bool {
 	if cl.held > 0 && cl.held+size > c.cfg.MaxHeldBytes {
 		c.obs.Limit("held_bytes")
+		return true
+	}
+	if c.cfg.MaxHeldBytesTotal > 0 && c.held+size > c.cfg.MaxHeldBytesTotal {
+		c.obs.Limit("held_bytes_total")
 		return true
 	}
 	return false

@@ -193,6 +193,20 @@ func TestLimits(t *testing.T) {
 			// A refused request took no upstream id.
 			{do: "c1", in: call("3"), want: []string{`up> {"jsonrpc":"2.0","id":2,"method":"eth_blockNumber"}`}},
 		}},
+		{name: "held_bytes_total_bounds_all_clients", cfg: func(c *Config) { c.MaxHeldBytesTotal = 2000 }, steps: []step{
+			{do: "join"}, {do: "join"}, {do: "connect"},
+			{do: "c1", in: big, want: []string{`up> ` + big}},
+			// c2 holds nothing, but all clients together would hold
+			// past max_held_bytes_total.
+			{do: "c2", in: big,
+				want:   []string{`c2< {"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"limit exceeded","data":{"reason":"too many request bytes in flight"}}}`},
+				counts: map[string]int{"limit held_bytes_total": 1}},
+			{do: "c2", in: call("2"), want: []string{`up> {"jsonrpc":"2.0","id":2,"method":"eth_blockNumber"}`}},
+			{do: "up", in: `{"jsonrpc":"2.0","id":1,"result":"0x"}`, want: []string{`c1< {"jsonrpc":"2.0","id":1,"result":"0x"}`}},
+			{do: "up", in: `{"jsonrpc":"2.0","id":2,"result":"0x1"}`, want: []string{`c2< {"jsonrpc":"2.0","id":2,"result":"0x1"}`}},
+			// Answered, c1's request no longer counts.
+			{do: "c2", in: big, want: []string{`up> {"jsonrpc":"2.0","id":3,"method":"eth_call","params":["` + strings.Repeat("a", 1100) + `"]}`}},
+		}},
 		{name: "too_many_waiting", steps: []step{
 			{do: "join"}, {do: "join"},
 			{do: "c1", in: call("1")},
@@ -267,5 +281,29 @@ func TestDropReasonNames(t *testing.T) {
 		if got := r.String(); got != want[r] {
 			t.Errorf("DropReason(%d) = %q, want %q", r, got, want[r])
 		}
+	}
+}
+
+// TestReleasedLargeRequests: the bytes of a request of 1 MiB or more are
+// reported as released (Effects.Released) by the event that ends it, so
+// that the shell hands that memory back to the OS; small ones are not.
+func TestReleasedLargeRequests(t *testing.T) {
+	large := `{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["` + strings.Repeat("a", 1<<20) + `"]}`
+	small := `{"jsonrpc":"2.0","id":2,"method":"eth_call","params":["a"]}`
+	h := newHarness(t, func(c *Config) { c.MaxHeldBytes = 4 << 20 })
+	h.run([]step{{do: "join"}, {do: "connect"}})
+	h.run([]step{{do: "c1", in: large, want: []string{"up> " + large}}, {do: "c1", in: small, want: []string{"up> " + small}}})
+	held := h.c.Held(1)
+	h.run([]step{{do: "up", in: `{"jsonrpc":"2.0","id":2,"result":"0x"}`, want: []string{`c1< {"jsonrpc":"2.0","id":2,"result":"0x"}`}}})
+	if h.e.Released != 0 {
+		t.Errorf("a small request's end released %d, want 0", h.e.Released)
+	}
+	rest := h.c.Held(1)
+	if rest >= held || rest < 1<<20 {
+		t.Fatalf("held %d, then %d", held, rest)
+	}
+	h.run([]step{{do: "up", in: `{"jsonrpc":"2.0","id":1,"result":"0x"}`, want: []string{`c1< {"jsonrpc":"2.0","id":1,"result":"0x"}`}}})
+	if h.e.Released != rest || h.c.Held(1) != 0 {
+		t.Errorf("the large request's end released %d (held now %d), want %d", h.e.Released, h.c.Held(1), rest)
 	}
 }

@@ -117,6 +117,7 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 	c.waiting.forget(cl.waiting, c.alive)
 	c.obs.InFlight(-cl.inflight)
 	c.owing -= cl.inflight
+	c.held -= cl.held // the shell hands these back itself (Held)
 	cl.inflight, cl.held, cl.waiting = 0, 0, 0
 	for subID := range cl.subs {
 		c.detach(e, cl, subID, now)

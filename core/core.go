@@ -25,9 +25,12 @@ type Config struct {
 	MaxBatch         int           // elements in one client batch
 	MaxInFlight      int           // one client's requests in flight
 	MaxHeldBytes     int           // one client's request bytes held
-	MaxSubscriptions int           // one client's subscriptions
-	MaxClients       int           // sessions
-	MaxWaiting       int           // requests waiting for an upstream
+	// MaxHeldBytesTotal bounds the request bytes held for all clients
+	// together; <= 0: no bound.
+	MaxHeldBytesTotal int
+	MaxSubscriptions  int // one client's subscriptions
+	MaxClients        int // sessions
+	MaxWaiting        int // requests waiting for an upstream
 	// HeldPushBytes bounds the pushes held for one subscription whose
 	// answer has not gone out yet (the client's outbound queue bound).
 	HeldPushBytes int
@@ -74,7 +77,11 @@ type Core struct {
 	clients map[router.ClientID]*client
 	lastID  router.ClientID
 	owing   int // requests in flight or waiting for clients (not muxd's own)
-	closing bool
+	held    int // request bytes held for all clients (the sum of client.held)
+	// released adds up the large releases of held bytes since the last
+	// event's finish, which reports them (Effects.Released).
+	released int
+	closing  bool
 
 	// gap makes subscriptions gap-free; gapReqs maps the upstream id of
 	// each of its requests in flight to the machine's id.
@@ -219,10 +226,25 @@ func (c *Core) sendArrays(e *Effects, u *router.UpstreamBatch) {
 func (c *Core) started(cl *client, held int) {
 	if cl != nil {
 		cl.inflight++
-		cl.held += held
+		c.hold(cl, held)
 		c.owing++
 	}
 	c.obs.InFlight(1)
+}
+
+// largeRelease is the least a release of held bytes must be (one
+// request's frame, or a batch's) for the shell to count it towards handing
+// memory back to the OS at once (Effects.Released): small requests come
+// and go all the time, and their memory is reused.
+const largeRelease = 1 << 20
+
+// hold changes the bytes held for cl (and for all clients) by delta.
+func (c *Core) hold(cl *client, delta int) {
+	cl.held += delta
+	c.held += delta
+	if -delta >= largeRelease {
+		c.released -= delta
+	}
 }
 
 // ended counts one request of cl (nil for muxd's own), which held held
@@ -234,7 +256,7 @@ func (c *Core) ended(cl *client, held int) { c.endedN(cl, 1, held) }
 func (c *Core) endedN(cl *client, n, held int) {
 	if cl != nil {
 		cl.inflight -= n
-		cl.held -= held
+		c.hold(cl, -held)
 		c.owing -= n
 	}
 	c.obs.InFlight(-n)
@@ -253,6 +275,7 @@ func (c *Core) settled(p *router.Pending) *client {
 
 // finish marks e Idle when shutting down and nothing is owed.
 func (c *Core) finish(e *Effects) {
+	e.Released, c.released = c.released, 0
 	if c.closing && c.owing == 0 && c.waiting.live == 0 {
 		e.Idle = true
 	}

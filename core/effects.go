@@ -39,6 +39,10 @@ type Effects struct {
 	// Idle is set when the core is shutting down and, after this event,
 	// owes no client an answer.
 	Idle bool
+	// Released is how many bytes of large requests (1 MiB or more each)
+	// this event let go of: the shell may hand that memory back to the
+	// OS. A departing client's held bytes are not in it (see Core.Held).
+	Released int
 }
 
 // Reset empties e for the next event, keeping its memory.
@@ -54,6 +58,7 @@ func (e *Effects) Reset() {
 	e.Close = e.Close[:0]
 	e.Head = 0
 	e.Idle = false
+	e.Released = 0
 }
 
 // Delivery is one message for a client.

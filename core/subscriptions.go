@@ -44,7 +44,7 @@ func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message
 	subID := c.cfg.NewSubscriptionID()
 	mem := c.subs.attach(key, append([]byte(nil), params...), cl, subID)
 	mem.keyBytes = size
-	cl.held += size
+	c.hold(cl, size)
 	if cl.subs == nil {
 		cl.subs = make(map[string]*member)
 	}
@@ -206,7 +206,7 @@ func (c *Core) unsubscribe(e *Effects, cl *client, frame []byte, m *router.Messa
 func (c *Core) dropSub(cl *client, mem *member) {
 	if cl.subs[mem.id] == mem {
 		delete(cl.subs, mem.id)
-		cl.held -= mem.keyBytes
+		c.hold(cl, -mem.keyBytes)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 // for other events); apply reports whether it lent buf to a client, which
 // then owns it until its writer gives it back to the pool.
 func (s *Server) apply(e *core.Effects, up *upstreamConn, buf []byte) (lent bool) {
+	s.reclaim.released(e.Released)
 	if len(e.Deliveries) > 0 {
 		lent = s.deliver(e.Deliveries, buf)
 	}

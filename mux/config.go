@@ -22,6 +22,7 @@ const (
 	DefaultMaxWaiting         = 100000
 	DefaultMaxClients         = 10000
 	DefaultMaxHeldBytes       = 64 << 20
+	DefaultMaxHeldBytesTotal  = 1 << 30
 	DefaultUpstreamMaxBatch   = 1000
 	DefaultUpstreamWait       = 5 * time.Second
 	DefaultBackfillBlocks     = 128
@@ -121,6 +122,9 @@ type Config struct {
 	// holds, in flight upstream or waiting for an upstream; past it a
 	// request gets -32005. A client holding nothing may always send one.
 	MaxHeldBytes int
+	// MaxHeldBytesTotal bounds the same for all clients together: many
+	// clients may not make muxd hold what one may not.
+	MaxHeldBytesTotal int
 
 	// MaxClients bounds concurrent client sessions.
 	MaxClients int
@@ -227,6 +231,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxHeldBytes <= 0 {
 		c.MaxHeldBytes = DefaultMaxHeldBytes
+	}
+	if c.MaxHeldBytesTotal <= 0 {
+		c.MaxHeldBytesTotal = DefaultMaxHeldBytesTotal
 	}
 	if c.MaxSubscriptions <= 0 {
 		c.MaxSubscriptions = DefaultMaxSubscriptions

@@ -95,6 +95,7 @@ func New(cfg Config) (*Server, error) {
 		MaxBatch:          cfg.MaxBatch,
 		MaxInFlight:       cfg.MaxInFlight,
 		MaxHeldBytes:      cfg.MaxHeldBytes,
+		MaxHeldBytesTotal: cfg.MaxHeldBytesTotal,
 		MaxSubscriptions:  cfg.MaxSubscriptions,
 		MaxClients:        cfg.MaxClients,
 		MaxWaiting:        cfg.MaxWaiting,

@@ -79,6 +79,7 @@ type Config struct {
 	MaxClients            int               `toml:"max_clients"`
 	MaxInFlight           int               `toml:"max_in_flight"`
 	MaxHeldBytes          int               `toml:"max_held_bytes"`
+	MaxHeldBytesTotal     int               `toml:"max_held_bytes_total"`
 	UpstreamMaxBatch      int               `toml:"upstream_max_batch"`
 	MaxBatch              int               `toml:"max_batch"`
 	MaxMessageBytes       int64             `toml:"max_message_bytes"`
@@ -131,6 +132,7 @@ func defaults() Config {
 		MaxClients:         mux.DefaultMaxClients,
 		MaxInFlight:        mux.DefaultMaxInFlight,
 		MaxHeldBytes:       mux.DefaultMaxHeldBytes,
+		MaxHeldBytesTotal:  mux.DefaultMaxHeldBytesTotal,
 		UpstreamMaxBatch:   mux.DefaultUpstreamMaxBatch,
 		MaxBatch:           mux.DefaultMaxBatch,
 		MaxMessageBytes:    mux.DefaultMaxMessageBytes,
@@ -324,6 +326,7 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 		{"max_message_bytes", c.MaxMessageBytes}, {"max_subscriptions", int64(c.MaxSubscriptions)},
 		{"outbound_queue_bytes", int64(c.OutboundQueueBytes)}, {"http_body_bytes", c.HTTPBodyBytes},
 		{"max_waiting", int64(c.MaxWaiting)}, {"max_held_bytes", int64(c.MaxHeldBytes)},
+		{"max_held_bytes_total", int64(c.MaxHeldBytesTotal)},
 		{"upstream_max_batch", int64(c.UpstreamMaxBatch)},
 	} {
 		if n.v <= 0 {

@@ -29,7 +29,7 @@ var optionGroups = []optionGroup{
 	{"HTTP connections (on listen)", []string{"http_read_header_timeout", "http_read_timeout", "http_idle_timeout", "max_connections"}},
 	{"Logging", []string{"log_level", "log_format"}},
 	{"Access", []string{"allowed_origins", "allowed_hosts", "deny_methods", "retry_methods"}},
-	{"Limits", []string{"max_clients", "max_in_flight", "max_held_bytes", "max_batch", "upstream_max_batch", "max_message_bytes", "max_subscriptions", "max_waiting", "outbound_queue_bytes", "http_body_bytes"}},
+	{"Limits", []string{"max_clients", "max_in_flight", "max_held_bytes", "max_held_bytes_total", "max_batch", "upstream_max_batch", "max_message_bytes", "max_subscriptions", "max_waiting", "outbound_queue_bytes", "http_body_bytes"}},
 }
 
 // optionHelp is one line of meaning for each option; the README reference
@@ -64,6 +64,7 @@ var optionHelp = map[string]string{
 	"max_clients":              "concurrent client sessions (WebSocket, HTTP, IPC)",
 	"max_in_flight":            "requests in flight per client (-32005 past it)",
 	"max_held_bytes":           "bytes of one client's requests held in flight or waiting (-32005 past it)",
+	"max_held_bytes_total":     "bytes of all clients' requests held in flight or waiting (-32005 past it)",
 	"max_batch":                "elements per client batch (at most max_in_flight)",
 	"upstream_max_batch":       "most elements in one array sent to the node (geth's --rpc.batch-request-limit)",
 	"max_message_bytes":        "largest client message, bytes",

@@ -234,6 +234,7 @@ func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Con
 		MaxBatch:              cfg.MaxBatch,
 		MaxInFlight:           cfg.MaxInFlight,
 		MaxHeldBytes:          cfg.MaxHeldBytes,
+		MaxHeldBytesTotal:     cfg.MaxHeldBytesTotal,
 		UpstreamMaxBatch:      cfg.UpstreamMaxBatch,
 		MaxMessageBytes:       cfg.MaxMessageBytes,
 		OutboundQueueBytes:    cfg.OutboundQueueBytes,
