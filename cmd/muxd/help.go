@@ -46,7 +46,7 @@ var optionHelp = map[string]string{
 	"client_ping_interval":     "a WebSocket client silent this long is pinged, and closed if it stays silent as long again (0 disables)",
 	"ping_timeout":             "pong deadline; on expiry the upstream connection is replaced",
 	"reconnect_initial":        "first delay before redialling the upstream (doubles, jittered)",
-	"reconnect_max":            "longest delay between upstream dial attempts (muxd never gives up)",
+	"reconnect_max":            "longest delay between upstream dial attempts before jitter (up to 1.5x it; muxd never gives up)",
 	"listen":                   `WebSocket and HTTP (POST) address for clients ("" disables)`,
 	"ipc":                      "Unix socket path for IPC clients, geth's IPC format (its directory must exist)",
 	"ipc_mode":                 "IPC socket file mode, octal",
