@@ -202,7 +202,10 @@ func TestBackfillHeads(t *testing.T) {
 		{name: "backfill requests failing", head: 13, want: []string{"13"}, gap: [2]string{"newHeads", "failed"},
 			hook: func(m string, p json.RawMessage) (string, bool) { return "error", m == "eth_getBlockByNumber" }},
 		{name: "backfill requests timing out", cfg: func(c *Config) { c.RequestTimeout = 200 * time.Millisecond }, head: 13,
-			want: []string{"13"}, gap: [2]string{"newHeads", "failed"},
+			// Three sends of 200 ms each with retry delays between take
+			// about as long as the job may (6 request timeouts): on a
+			// loaded machine the job's deadline comes first.
+			want: []string{"13"}, gap: [2]string{"newHeads", "failed|timeout"},
 			hook: func(m string, p json.RawMessage) (string, bool) { return "", m == "eth_getBlockByNumber" }},
 	}
 	for _, tt := range tests {
@@ -234,7 +237,11 @@ func TestBackfillHeads(t *testing.T) {
 			}
 			c.barrier()
 			if tt.gap[0] != "" {
-				if got := gapCount(h.srv, tt.gap[0], tt.gap[1]); got != 1 {
+				var got float64
+				for _, reason := range strings.Split(tt.gap[1], "|") {
+					got += gapCount(h.srv, tt.gap[0], reason)
+				}
+				if got != 1 {
 					t.Errorf("gaps %v = %v, want 1", tt.gap, got)
 				}
 			}
