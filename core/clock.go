@@ -117,11 +117,16 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 	c.waiting.forget(cl.waiting, c.alive)
 	c.obs.InFlight(-cl.inflight)
 	c.owing -= cl.inflight
-	c.held -= cl.held // the shell hands these back itself (Held)
-	cl.inflight, cl.held, cl.waiting = 0, 0, 0
+	released := c.released
 	for subID := range cl.subs {
-		c.detach(e, cl, subID, now)
+		c.detach(e, cl, subID, now) // gives back each subscription's bytes (dropSub)
 	}
+	// What is left are its requests' bytes. The shell hands all it held
+	// back to the OS itself (Held, asked before this event): nothing of it
+	// counts as released here.
+	c.released = released
+	c.held -= cl.held
+	cl.inflight, cl.held, cl.waiting = 0, 0, 0
 	c.drained(e)
 }
 

@@ -403,6 +403,10 @@ func runScripts(t *testing.T, rows []scriptRow) {
 func (h *harness) checkGauges() {
 	h.t.Helper()
 	s := h.c.Stats()
+	// The bytes held for all clients are the sum of each client's.
+	if sum := heldSum(h); h.c.held != sum {
+		h.t.Errorf("bytes held for all clients %d, sum of the clients' %d", h.c.held, sum)
+	}
 	// Every request in flight or waiting is counted once in the gauge:
 	// clients' (InFlight) and muxd's own (the rest of the tables).
 	own := 0

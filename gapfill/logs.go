@@ -33,12 +33,34 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 	if seen(k, l) {
 		return
 	}
+	if live && m.nodeHashes[l.block] == l.hash {
+		// l is of the branch the heads pushed on this connection name:
+		// a block the key was delivered logs of that they name under
+		// another hash was replaced, whether or not the node has sent
+		// the removals yet (see below).
+		replaced, found := uint64(0), false
+		for n, b := range k.blocks {
+			if h, ok := m.nodeHashes[n]; ok && n <= l.block && h != b.hash && (!found || n < replaced) {
+				replaced, found = n, true
+			}
+		}
+		if found {
+			m.removeFrom(k, replaced)
+		}
+	}
 	if b := k.blocks[l.block]; b != nil && b.hash != l.hash {
-		// Delivered under another hash, and not removed: the node
-		// removes a block's logs before it sends the new branch's, so
-		// this one is stale (a push held while a backfill delivered the
-		// block as it now is).
-		return
+		if !live {
+			// Delivered under another hash, and not removed: a push
+			// held while a backfill delivered the block as it now is
+			// is stale.
+			return
+		}
+		// Pushed live: a reorg whose removals the node has not sent
+		// yet (geth's filter system reads removed and new logs from two
+		// channels, in no set order). What was delivered of the
+		// replaced blocks goes out removed first, as a backfill would
+		// send it; the node's own removals then match nothing.
+		m.removeFrom(k, l.block)
 	}
 	if laterDelivered(k, l.block) {
 		// A log of a later block was delivered and stands (not
@@ -402,14 +424,22 @@ func (m *Machine) quietCovered(head uint64) {
 // The reorg may reach below n, through blocks where the key had no log:
 // the block covered is lowered to is one whose hash the next backfill
 // checks (resolveChecks), so that it finds such a fork point: block n-1
-// when the heads pushed on this connection named it, else the highest
-// block below n whose logs the key was delivered, else (nothing known)
-// n-1 unchecked.
+// when the heads pushed on this connection named it (and the key covered
+// that branch), else the highest block below n whose logs the key was
+// delivered, else (nothing known) UnknownForkDepth blocks further down,
+// unchecked: a reorg that deep is not expected, and the next backfill
+// fetches those blocks again (what the key was delivered of them is
+// remembered, and not sent twice).
 func (m *Machine) uncover(k *keyState, n uint64) {
 	if !k.haveCovered || n == 0 || k.covered+1 < n {
 		return
 	}
-	c, hash := n-1, m.nodeHashes[n-1]
+	c, hash := n-1, ""
+	if k.coveredHash != "" && m.nodeHashes[k.covered] == k.coveredHash {
+		// The key covered the branch the connection's heads name: their
+		// hash of block n-1 is one of the blocks it covered.
+		hash = m.nodeHashes[n-1]
+	}
 	if hash == "" {
 		for b := range k.blocks {
 			if b < n && (hash == "" || b > c) {
@@ -417,10 +447,62 @@ func (m *Machine) uncover(k *keyState, n uint64) {
 			}
 		}
 	}
+	if hash == "" {
+		c = max(k.start, n-1-min(n-1, UnknownForkDepth))
+	}
 	if c < k.covered || (c == k.covered && k.coveredHash == "") {
 		k.covered, k.coveredHash = c, hash
 	}
 }
+
+// removeFrom sends the logs key k was delivered of blocks n and above
+// again with removed:true, in chain order, and forgets them: a reorg
+// replaced those blocks.
+func (m *Machine) removeFrom(k *keyState, n uint64) {
+	m.removeBlocks(k, n, func(uint64, string) bool { return true })
+}
+
+// removeBlocks is removeFrom for the blocks from n on that replaced
+// reports as replaced (by number and the hash the key knows them by).
+func (m *Machine) removeBlocks(k *keyState, n uint64, replaced func(num uint64, hash string) bool) {
+	var nums []uint64
+	for b, blk := range k.blocks {
+		if b >= n && replaced(b, blk.hash) {
+			nums = append(nums, b)
+		}
+	}
+	if len(nums) == 0 {
+		m.uncover(k, n)
+		return
+	}
+	slices.Sort(nums)
+	n = nums[0]
+	for _, b := range nums {
+		logs := slices.SortedFunc(slices.Values(k.blocks[b].logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
+		for _, l := range logs {
+			m.deliver(k, false, asRemoved(l.raw))
+			m.eff.LogsBackfilled++
+		}
+		delete(k.blocks, b)
+	}
+	m.uncover(k, n)
+}
+
+// sortedKeys returns the machine's keys in order (effects in a stable
+// order).
+func (m *Machine) sortedKeys() []string {
+	keys := make([]string, 0, len(m.keys))
+	for key := range m.keys {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// UnknownForkDepth is how far below a replaced block a logs key's covered
+// block is lowered when nothing tells where the fork is (uncover): 64
+// blocks, two epochs, past which a post-merge chain is final.
+const UnknownForkDepth = 64
 
 // rememberedHash returns the hash logs key k knows block n by: a block
 // whose logs it was delivered, or its covered block.
@@ -483,21 +565,52 @@ func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 func (m *Machine) noteHead(h header, now time.Time) {
 	prev, had := m.nodeHead, m.haveNodeHead
 	m.nodeHead, m.haveNodeHead = h.num, true
-	if had && h.num <= prev {
-		// A reorg: block h.num on is another branch's, whose logs the
-		// node pushes after this head or shortly before it. Every logs
-		// key owes them until a later head shows they came
-		// (quietCovered), or a backfill fetches them after a reconnect.
-		// (Before h's hashes are noted: the block covered is lowered to
-		// is named by the branch the key was delivered.)
-		for _, k := range m.keys {
-			if k.kind == kindLogs {
-				m.uncover(k, h.num)
+	// A reorg: a head not above the last, or one whose parent is not the
+	// block the heads named at its number (geth after the merge pushes
+	// only a reorg's new head).
+	parentMoved := false
+	if old, ok := m.nodeHashes[h.num-1]; ok && h.num > 0 && old != h.parent {
+		parentMoved = true
+	}
+	if had && (h.num <= prev || parentMoved) && h.num > 0 {
+		// Blocks from h.num (from its parent when that moved) on are
+		// another branch's, whose logs the node pushes around this
+		// head. Every logs key owes them until a later head shows they
+		// came (quietCovered), or a backfill fetches them after a
+		// reconnect. What a live key with no backfill running was
+		// delivered of the replaced blocks goes out removed now, if the
+		// node has not removed it yet (its removals may come after the
+		// new branch's logs: another feed in geth): every block above
+		// the new head, and the head's number and its parent's when the
+		// key has them under other hashes. (Logs the node pushed of the
+		// new branch before this head stay.) All this before h's hashes
+		// are noted: the block covered is lowered to is named by the
+		// branch the key was delivered.
+		from := h.num
+		if parentMoved {
+			from = h.num - 1
+		}
+		for _, key := range m.sortedKeys() {
+			k := m.keys[key]
+			if k.kind != kindLogs {
+				continue
 			}
+			if k.live && k.job == nil {
+				m.removeBlocks(k, from, func(num uint64, hash string) bool {
+					switch num {
+					case h.num - 1:
+						return hash != h.parent
+					case h.num:
+						return hash != h.hash
+					}
+					return num > h.num
+				})
+			}
+			m.uncover(k, from)
 		}
 	}
 	m.noteHashes(h)
-	if had && h.num == prev+1 {
+	if had && h.num == prev+1 && !parentMoved {
 		m.quietCovered(h.num)
 	}
 	if !had || h.num <= prev+1 {
@@ -531,6 +644,11 @@ func (m *Machine) noteHead(h header, now time.Time) {
 // and forgets those above it (another branch's, after a reorg) and those
 // more than Blocks below it.
 func (m *Machine) noteHashes(h header) {
+	if old, ok := m.nodeHashes[h.num-1]; ok && h.num > 0 && old != h.parent {
+		// A reorg below h: the blocks noted below are not known to be
+		// h's ancestors any more.
+		clear(m.nodeHashes)
+	}
 	for n := range m.nodeHashes {
 		if n > h.num || n+uint64(m.cfg.Blocks) < h.num {
 			delete(m.nodeHashes, n)

@@ -48,6 +48,7 @@ type randNode struct {
 	wire      []wireMsg
 	reorgs    int
 	note      func(format string, args ...any)
+	v         variant
 }
 
 // wireMsg is one message on the wire: a push, an answer, or the answer to
@@ -59,8 +60,34 @@ type wireMsg struct {
 	result []byte // push result; answer result (nil: an error answer)
 }
 
-func newRandNode(rng *rand.Rand) *randNode {
-	n := &randNode{rng: rng, blocks: map[string]*rblock{}}
+// variant is how a run's node behaves, chosen from its seed.
+type variant struct {
+	depth     int  // deepest reorg
+	reorgOdds int  // one block mined in reorgOdds reorgs
+	errOdds   int  // one answer in errOdds is an error
+	oneHead   bool // a reorg pushes only the new top head (geth after the merge)
+	logsFirst bool // a block's logs may be pushed before its head
+	newFirst  bool // a reorg's new logs may be pushed before the old ones' removals (two feeds in geth)
+}
+
+// variantOf spreads the seeds over the node's behaviours.
+func variantOf(seed uint64) variant {
+	v := variant{depth: 3, reorgOdds: 6, errOdds: 30}
+	switch seed % 5 {
+	case 1:
+		v.oneHead = true
+	case 2:
+		v.logsFirst = true
+	case 3:
+		v.newFirst = true
+	case 4:
+		v.depth, v.reorgOdds = 8, 3
+	}
+	return v
+}
+
+func newRandNode(rng *rand.Rand, v variant) *randNode {
+	n := &randNode{rng: rng, v: v, blocks: map[string]*rblock{}}
 	n.canon = append(n.canon, n.makeBlock(0, "0x"+strings.Repeat("0", 64)))
 	for range 5 {
 		n.canon = append(n.canon, n.makeBlock(uint64(len(n.canon)), n.top().hash))
@@ -92,8 +119,8 @@ func (b *rblock) blk() blk { return blk{num: b.num, hash: b.hash, parent: b.pare
 // matching logs.
 func (n *randNode) mine(reorg bool) {
 	var orphaned, added []*rblock
-	if reorg && n.rng.IntN(6) == 0 && len(n.canon) > 5 {
-		depth := 1 + n.rng.IntN(3)
+	if reorg && n.rng.IntN(n.v.reorgOdds) == 0 && len(n.canon) > 5 {
+		depth := 1 + n.rng.IntN(n.v.depth)
 		top := len(n.canon) - depth
 		orphaned = slices.Clone(n.canon[top:])
 		n.canon = n.canon[:top]
@@ -113,17 +140,30 @@ func (n *randNode) mine(reorg bool) {
 	if !n.connected {
 		return
 	}
+	var removals []wireMsg
+	mark := len(n.wire)
+	defer func() {
+		if len(removals) == 0 {
+			return
+		}
+		if n.v.newFirst && n.rng.IntN(2) == 0 {
+			n.wire = append(n.wire, removals...) // after the new branch
+		} else {
+			n.wire = append(n.wire[:mark], append(removals, n.wire[mark:]...)...)
+		}
+	}()
 	if n.subs[randLogsKey] {
 		for _, o := range orphaned {
 			for _, l := range o.logs {
 				if l.addr == "0xaa" {
-					n.wire = append(n.wire, wireMsg{kind: 'p', key: randLogsKey, result: logJSON(l, true)})
+					removals = append(removals, wireMsg{kind: 'p', key: randLogsKey, result: logJSON(l, true)})
 				}
 			}
 		}
 	}
-	for _, b := range added {
-		if n.subs[randHeadsKey] {
+	for i, b := range added {
+		logsFirst := n.v.logsFirst && n.rng.IntN(2) == 0
+		if n.subs[randHeadsKey] && !logsFirst && (!n.v.oneHead || i == len(added)-1) {
 			n.wire = append(n.wire, wireMsg{kind: 'p', key: randHeadsKey, result: headJSON(b.blk())})
 		}
 		if n.subs[randLogsKey] {
@@ -132,6 +172,9 @@ func (n *randNode) mine(reorg bool) {
 					n.wire = append(n.wire, wireMsg{kind: 'p', key: randLogsKey, result: logJSON(l, false)})
 				}
 			}
+		}
+		if n.subs[randHeadsKey] && logsFirst && (!n.v.oneHead || i == len(added)-1) {
+			n.wire = append(n.wire, wireMsg{kind: 'p', key: randHeadsKey, result: headJSON(b.blk())})
 		}
 	}
 }
@@ -146,7 +189,7 @@ func (n *randNode) answerOne() {
 	s := n.owed[i]
 	n.owed = slices.Delete(n.owed, i, i+1)
 	var res []byte
-	if n.rng.IntN(30) != 0 { // else an error answer
+	if n.rng.IntN(n.v.errOdds) != 0 { // else an error answer
 		res = n.result(s)
 	}
 	n.wire = append(n.wire, wireMsg{kind: 'a', id: s.ID, result: res})
@@ -495,10 +538,14 @@ func TestRandomReorgsAndCuts(t *testing.T) {
 	reasons := map[string]int{}
 	for seed := range uint64(seeds) {
 		rng := rand.New(rand.NewPCG(seed, 0x6a9))
-		r := &randRun{t: t, m: New(Config{Blocks: 128}), n: newRandNode(rng), now: time.Unix(1_700_000_000, 0)}
+		r := &randRun{t: t, m: New(Config{Blocks: 128}), n: newRandNode(rng, variantOf(seed)), now: time.Unix(1_700_000_000, 0)}
 		r.sub = &subscriber{t: t, node: r.n, seed: seed, ever: map[string]bool{}, breaks: map[string][]string{}, gaps: map[string]int{}, reasons: map[string]int{}}
 		r.n.note = r.sub.note
-		r.logsOnly = seed%3 == 2 // a logs subscription alone, as ethers' contract.on makes
+		// A logs subscription alone, as ethers' contract.on makes. (Not
+		// with a node that pushes a reorg's new logs before its removals:
+		// with no heads muxd cannot tell, and passes on the node's order,
+		// as a client of the node gets it directly.)
+		r.logsOnly = seed%3 == 2 && !r.n.v.newFirst // a logs subscription alone, as ethers' contract.on makes
 		// A quiet start: the keys learn where they start and are
 		// delivered a few blocks before the first reorg or cut (a reorg
 		// below a key's first head or log is a gap it cannot fill).
@@ -538,6 +585,22 @@ func TestRandomReorgsAndCuts(t *testing.T) {
 			continue
 		}
 		// No gap: the logs from the first delivered on are the chain's.
+		// From where the key started: nothing missed before its first
+		// log, nor after all it was delivered was removed.
+		{
+			start := r.m.keys[randLogsKey].start
+			var want []lg
+			for _, b := range r.n.canon[start+1:] {
+				for _, l := range b.logs {
+					if l.addr == "0xaa" {
+						want = append(want, l)
+					}
+				}
+			}
+			if !slices.Equal(r.sub.live, want) {
+				t.Fatalf("seed %d: delivered logs (start %d)\n%v\nwant the chain's\n%v\ntrace:\n  %s", seed, start, r.sub.live, want, strings.Join(r.sub.trace, "\n  "))
+			}
+		}
 		if len(r.sub.live) > 0 {
 			first := r.sub.live[0]
 			var want []lg
