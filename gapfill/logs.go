@@ -708,6 +708,11 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		}
 		delete(k.blocks, j.replaced[i])
 	}
+	if len(j.replaced) > 0 {
+		// Not covered any more (a job given up before it fetched leaves
+		// them owed to the next one).
+		m.uncover(k, j.replaced[len(j.replaced)-1])
+	}
 	slices.SortStableFunc(j.fetched, func(x, y logEntry) int {
 		if c := cmp.Compare(x.block, y.block); c != 0 {
 			return c
