@@ -3,6 +3,7 @@ package gapfill
 import (
 	"cmp"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -10,7 +11,7 @@ import (
 
 // onLog applies the logs rules to log l (no job running). live says l is
 // the push just handed to Push; otherwise l.raw is a held copy.
-func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
+func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 	if l.removed {
 		// A live reorg: the node says it itself; the log is not
 		// delivered any more. The new branch's logs from this block on
@@ -45,6 +46,10 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 			}
 		}
 		if found {
+			if m.forkUnknown(k, replaced) {
+				m.findForkFor(k, l, now)
+				return
+			}
 			m.removeFrom(k, replaced)
 		}
 	}
@@ -53,6 +58,10 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool) {
 			// Delivered under another hash, and not removed: a push
 			// held while a backfill delivered the block as it now is
 			// is stale.
+			return
+		}
+		if m.forkUnknown(k, l.block) {
+			m.findForkFor(k, l, now)
 			return
 		}
 		// Pushed live: a reorg whose removals the node has not sent
@@ -305,6 +314,16 @@ func forkMoved(k *keyState, j *job) bool {
 	}
 	for _, res := range k.held[min(j.heldFrom, len(k.held)):] {
 		l, ok := parseLog(res)
+		if ok && !l.removed {
+			// A pushed log of a block the job fetched under another
+			// hash: its answers straddled a reorg.
+			for _, f := range j.fetched {
+				if f.block == l.block && f.hash != l.hash {
+					return true
+				}
+			}
+			continue
+		}
 		if !ok || !l.removed {
 			continue
 		}
@@ -356,7 +375,9 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 			return
 		}
 		j.checks = j.checks[1:]
-		j.asked--
+		if j.asked > 0 {
+			j.asked--
+		}
 		if was, ok := rememberedHash(k, n); ok && was != hash {
 			j.replaced = append(j.replaced, n)
 			continue
@@ -453,6 +474,28 @@ func (m *Machine) uncover(k *keyState, n uint64) {
 	if c < k.covered || (c == k.covered && k.coveredHash == "") {
 		k.covered, k.coveredHash = c, hash
 	}
+}
+
+// forkUnknown reports whether logs key k holds a block below n (which a
+// reorg replaced) that the heads pushed on this connection do not name:
+// the reorg may have replaced it too, and only a backfill can tell.
+func (m *Machine) forkUnknown(k *keyState, n uint64) bool {
+	for b, blk := range k.blocks {
+		if b < n && m.nodeHashes[b] != blk.hash {
+			return true
+		}
+	}
+	return false
+}
+
+// findForkFor holds live log l of a reorg whose fork point is not known
+// and starts a backfill that finds it (as after a reconnect): the
+// replaced blocks' logs go out removed, then the new branch, then l
+// (seen by then, or delivered by the usual rules).
+func (m *Machine) findForkFor(k *keyState, l logEntry, now time.Time) {
+	m.findFork(k, m.startJob(k, now), now)
+	m.hold(k, l.raw, now)
+	k.job.heldFrom = 0
 }
 
 // removeFrom sends the logs key k was delivered of blocks n and above
@@ -590,6 +633,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 		if parentMoved {
 			from = h.num - 1
 		}
+		oldHashes := maps.Clone(m.nodeHashes)
 		for _, key := range m.sortedKeys() {
 			k := m.keys[key]
 			if k.kind != kindLogs {
@@ -603,8 +647,14 @@ func (m *Machine) noteHead(h header, now time.Time) {
 					case h.num:
 						return hash != h.hash
 					}
-					return num > h.num
+					return num > h.num && oldHashes[num] == hash
 				})
+				if parentMoved && len(k.blocks) > 0 && slices.Min(slices.Collect(maps.Keys(k.blocks))) < from {
+					// The fork may be below the blocks the head
+					// names: find it as after a reconnect (the pushes
+					// wait behind the job).
+					m.findFork(k, m.startJob(k, now), now)
+				}
 			}
 			m.uncover(k, from)
 		}

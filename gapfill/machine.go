@@ -466,7 +466,7 @@ func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 		m.onHead(k, h, true, now)
 	case k.kind == kindLogs:
 		if l, ok := parseLog(res); ok {
-			m.onLog(k, l, true)
+			m.onLog(k, l, true, now)
 		} else {
 			m.deliver(k, true, nil)
 		}
@@ -729,7 +729,7 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 					// dropped by onLog.
 					continue
 				}
-				m.onLog(k, l, false)
+				m.onLog(k, l, false, now)
 				continue
 			}
 		}

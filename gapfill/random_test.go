@@ -47,6 +47,7 @@ type randNode struct {
 	owed      []Send
 	wire      []wireMsg
 	reorgs    int
+	lastOrph  []*rblock
 	note      func(format string, args ...any)
 	v         variant
 }
@@ -68,6 +69,10 @@ type variant struct {
 	oneHead   bool // a reorg pushes only the new top head (geth after the merge)
 	logsFirst bool // a block's logs may be pushed before its head
 	newFirst  bool // a reorg's new logs may be pushed before the old ones' removals (two feeds in geth)
+	headsLate bool // a reorg's heads come after all the new branch's logs
+	shorten   bool // a reorg's new branch may be shorter than the old
+	dup       bool // a push may be repeated
+	back      bool // a reorg may go back to the branch the last one orphaned
 }
 
 // variantOf spreads the seeds over the node's behaviours.
@@ -82,6 +87,31 @@ func variantOf(seed uint64) variant {
 		v.newFirst = true
 	case 4:
 		v.depth, v.reorgOdds = 8, 3
+	}
+	if e := os.Getenv("GAPFILL_VARIANT"); e != "" {
+		v = variant{depth: 3, reorgOdds: 6, errOdds: 30}
+		for _, f := range strings.Split(e, ",") {
+			switch f {
+			case "oneHead":
+				v.oneHead = true
+			case "logsFirst":
+				v.logsFirst = true
+			case "newFirst":
+				v.newFirst = true
+			case "deep":
+				v.depth, v.reorgOdds = 8, 3
+			case "headsLate":
+				v.headsLate = true
+			case "shorten":
+				v.shorten = true
+			case "dup":
+				v.dup = true
+			case "back":
+				v.back = true
+			case "mixed":
+				v.oneHead, v.newFirst, v.logsFirst = seed%2 == 0, seed%3 == 0, seed%5 == 0
+			}
+		}
 	}
 	return v
 }
@@ -119,17 +149,29 @@ func (b *rblock) blk() blk { return blk{num: b.num, hash: b.hash, parent: b.pare
 // matching logs.
 func (n *randNode) mine(reorg bool) {
 	var orphaned, added []*rblock
-	if reorg && n.rng.IntN(n.v.reorgOdds) == 0 && len(n.canon) > 5 {
+	if lo := n.lastOrph; reorg && n.v.back && len(lo) > 0 && n.rng.IntN(n.v.reorgOdds) == 0 && lo[0].num < uint64(len(n.canon)) && lo[0].num > 5 && n.canon[lo[0].num-1].hash == lo[0].parent {
+		top := int(lo[0].num)
+		orphaned = slices.Clone(n.canon[top:])
+		n.canon = append(n.canon[:top], lo...)
+		added = slices.Clone(lo)
+		n.lastOrph = orphaned
+		n.reorgs++
+	} else if reorg && n.rng.IntN(n.v.reorgOdds) == 0 && len(n.canon) > 5 {
 		depth := 1 + n.rng.IntN(n.v.depth)
 		top := len(n.canon) - depth
 		orphaned = slices.Clone(n.canon[top:])
 		n.canon = n.canon[:top]
 		n.reorgs++
-		for range depth {
+		add := depth
+		if n.v.shorten && depth > 1 && n.rng.IntN(2) == 0 {
+			add = depth - 1 - n.rng.IntN(depth-1)
+		}
+		for range add {
 			b := n.makeBlock(uint64(len(n.canon)), n.top().hash)
 			n.canon = append(n.canon, b)
 			added = append(added, b)
 		}
+		n.lastOrph = orphaned
 	}
 	b := n.makeBlock(uint64(len(n.canon)), n.top().hash)
 	n.canon = append(n.canon, b)
@@ -161,9 +203,21 @@ func (n *randNode) mine(reorg bool) {
 			}
 		}
 	}
+	var late []wireMsg
+	defer func() {
+		if n.v.dup && len(n.wire) > mark && n.rng.IntN(4) == 0 {
+			i := mark + n.rng.IntN(len(n.wire)-mark)
+			n.wire = append(n.wire, n.wire[i])
+		}
+	}()
+	headsLate := n.v.headsLate && len(orphaned) > 0
+	defer func() { n.wire = append(n.wire, late...) }()
 	for i, b := range added {
+		if headsLate && n.subs[randHeadsKey] && (!n.v.oneHead || i == len(added)-1) {
+			late = append(late, wireMsg{kind: 'p', key: randHeadsKey, result: headJSON(b.blk())})
+		}
 		logsFirst := n.v.logsFirst && n.rng.IntN(2) == 0
-		if n.subs[randHeadsKey] && !logsFirst && (!n.v.oneHead || i == len(added)-1) {
+		if n.subs[randHeadsKey] && !headsLate && !logsFirst && (!n.v.oneHead || i == len(added)-1) {
 			n.wire = append(n.wire, wireMsg{kind: 'p', key: randHeadsKey, result: headJSON(b.blk())})
 		}
 		if n.subs[randLogsKey] {
@@ -173,7 +227,7 @@ func (n *randNode) mine(reorg bool) {
 				}
 			}
 		}
-		if n.subs[randHeadsKey] && logsFirst && (!n.v.oneHead || i == len(added)-1) {
+		if n.subs[randHeadsKey] && !headsLate && logsFirst && (!n.v.oneHead || i == len(added)-1) {
 			n.wire = append(n.wire, wireMsg{kind: 'p', key: randHeadsKey, result: headJSON(b.blk())})
 		}
 	}
@@ -545,7 +599,7 @@ func TestRandomReorgsAndCuts(t *testing.T) {
 		// with a node that pushes a reorg's new logs before its removals:
 		// with no heads muxd cannot tell, and passes on the node's order,
 		// as a client of the node gets it directly.)
-		r.logsOnly = seed%3 == 2 && !r.n.v.newFirst // a logs subscription alone, as ethers' contract.on makes
+		r.logsOnly = seed%3 == 2 && !r.n.v.newFirst && os.Getenv("GAPFILL_NOLOGSONLY") == "" // a logs subscription alone, as ethers' contract.on makes
 		// A quiet start: the keys learn where they start and are
 		// delivered a few blocks before the first reorg or cut (a reorg
 		// below a key's first head or log is a gap it cannot fill).
