@@ -34,42 +34,24 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 	if seen(k, l) {
 		return
 	}
-	if live && m.nodeHashes[l.block] == l.hash {
-		// l is of the branch the heads pushed on this connection name:
-		// a block the key was delivered logs of that they name under
-		// another hash was replaced, whether or not the node has sent
-		// the removals yet (see below).
-		replaced, found := uint64(0), false
-		for n, b := range k.blocks {
-			if h, ok := m.nodeHashes[n]; ok && n <= l.block && h != b.hash && (!found || n < replaced) {
-				replaced, found = n, true
-			}
-		}
-		if found {
-			if m.forkUnknown(k, replaced) {
-				m.findForkFor(k, l, now)
-				return
-			}
-			m.removeFrom(k, replaced)
-		}
-	}
-	if b := k.blocks[l.block]; b != nil && b.hash != l.hash {
+	if n, ok := m.replacedBy(k, l, live); ok {
 		if !live {
 			// Delivered under another hash, and not removed: a push
 			// held while a backfill delivered the block as it now is
 			// is stale.
 			return
 		}
-		if m.forkUnknown(k, l.block) {
-			m.findForkFor(k, l, now)
-			return
-		}
 		// Pushed live: a reorg whose removals the node has not sent
 		// yet (geth's filter system reads removed and new logs from two
 		// channels, in no set order). What was delivered of the
 		// replaced blocks goes out removed first, as a backfill would
-		// send it; the node's own removals then match nothing.
-		m.removeFrom(k, l.block)
+		// send it; the node's own removals then match nothing. When
+		// the fork may lie lower still, a backfill finds it first.
+		if m.forkUnknown(k, n) {
+			m.findForkFor(k, l, now)
+			return
+		}
+		m.removeFrom(k, n)
 	}
 	if laterDelivered(k, l.block) {
 		// A log of a later block was delivered and stands (not
@@ -314,7 +296,10 @@ func forkMoved(k *keyState, j *job) bool {
 	}
 	for _, res := range k.held[min(j.heldFrom, len(k.held)):] {
 		l, ok := parseLog(res)
-		if ok && !l.removed {
+		if !ok {
+			continue
+		}
+		if !l.removed {
 			// A pushed log of a block the job fetched under another
 			// hash: its answers straddled a reorg.
 			for _, f := range j.fetched {
@@ -322,9 +307,6 @@ func forkMoved(k *keyState, j *job) bool {
 					return true
 				}
 			}
-			continue
-		}
-		if !ok || !l.removed {
 			continue
 		}
 		if seen(k, l) && !slices.Contains(j.replaced, l.block) {
@@ -476,6 +458,37 @@ func (m *Machine) uncover(k *keyState, n uint64) {
 	}
 }
 
+// replacedBy returns the lowest block whose delivered logs new log l shows
+// replaced: its own block, delivered under another hash, or (live, when
+// the heads pushed on this connection name l's block) a block they name
+// under another hash than the key's. A held push (not live) is checked
+// only against its own block.
+func (m *Machine) replacedBy(k *keyState, l logEntry, live bool) (uint64, bool) {
+	n, found := l.block, false
+	if b := k.blocks[l.block]; b != nil && b.hash != l.hash {
+		found = true
+	}
+	if !live || m.nodeHashes[l.block] != l.hash {
+		return n, found
+	}
+	for b, blk := range k.blocks {
+		if h, ok := m.nodeHashes[b]; ok && b <= l.block && h != blk.hash && (!found || b < n) {
+			n, found = b, true
+		}
+	}
+	return n, found
+}
+
+// holdsBelow reports whether logs key k remembers a block below n.
+func holdsBelow(k *keyState, n uint64) bool {
+	for b := range k.blocks {
+		if b < n {
+			return true
+		}
+	}
+	return false
+}
+
 // forkUnknown reports whether logs key k holds a block below n (which a
 // reorg replaced) that the heads pushed on this connection do not name:
 // the reorg may have replaced it too, and only a backfill can tell.
@@ -519,16 +532,25 @@ func (m *Machine) removeBlocks(k *keyState, n uint64, replaced func(num uint64, 
 		return
 	}
 	slices.Sort(nums)
-	n = nums[0]
 	for _, b := range nums {
-		logs := slices.SortedFunc(slices.Values(k.blocks[b].logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
-		for _, l := range logs {
-			m.deliver(k, false, asRemoved(l.raw))
-			m.eff.LogsBackfilled++
-		}
-		delete(k.blocks, b)
+		m.removeBlock(k, b)
 	}
-	m.uncover(k, n)
+	m.uncover(k, nums[0])
+}
+
+// removeBlock sends the logs key k was delivered of block n again with
+// removed:true, in log index order, and forgets them.
+func (m *Machine) removeBlock(k *keyState, n uint64) {
+	b := k.blocks[n]
+	if b == nil {
+		return
+	}
+	logs := slices.SortedFunc(slices.Values(b.logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
+	for _, l := range logs {
+		m.deliver(k, false, asRemoved(l.raw))
+		m.eff.LogsBackfilled++
+	}
+	delete(k.blocks, n)
 }
 
 // sortedKeys returns the machine's keys in order (effects in a stable
@@ -649,7 +671,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 					}
 					return num > h.num && oldHashes[num] == hash
 				})
-				if parentMoved && len(k.blocks) > 0 && slices.Min(slices.Collect(maps.Keys(k.blocks))) < from {
+				if parentMoved && holdsBelow(k, from) {
 					// The fork may be below the blocks the head
 					// names: find it as after a reconnect (the pushes
 					// wait behind the job).
@@ -659,7 +681,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 			m.uncover(k, from)
 		}
 	}
-	m.noteHashes(h)
+	m.noteHashes(h, parentMoved)
 	if had && h.num == prev+1 && !parentMoved {
 		m.quietCovered(h.num)
 	}
@@ -692,11 +714,10 @@ func (m *Machine) noteHead(h header, now time.Time) {
 
 // noteHashes records the hashes head h names (its own and its parent's)
 // and forgets those above it (another branch's, after a reorg) and those
-// more than Blocks below it.
-func (m *Machine) noteHashes(h header) {
-	if old, ok := m.nodeHashes[h.num-1]; ok && h.num > 0 && old != h.parent {
-		// A reorg below h: the blocks noted below are not known to be
-		// h's ancestors any more.
+// more than Blocks below it; all of them when h's parent moved (a reorg
+// below h: the blocks noted below are not known to be its ancestors).
+func (m *Machine) noteHashes(h header, parentMoved bool) {
+	if parentMoved {
 		clear(m.nodeHashes)
 	}
 	for n := range m.nodeHashes {
@@ -747,16 +768,7 @@ func (m *Machine) afterChunk(k *keyState, now time.Time) {
 func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 	j := k.job
 	for i := len(j.replaced) - 1; i >= 0; i-- {
-		b := k.blocks[j.replaced[i]]
-		if b == nil {
-			continue
-		}
-		logs := slices.SortedFunc(slices.Values(b.logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
-		for _, l := range logs {
-			m.deliver(k, false, asRemoved(l.raw))
-			m.eff.LogsBackfilled++
-		}
-		delete(k.blocks, j.replaced[i])
+		m.removeBlock(k, j.replaced[i])
 	}
 	if len(j.replaced) > 0 {
 		// Not covered any more (a job given up before it fetched leaves
