@@ -14,11 +14,11 @@ import (
 // old connection, as UpstreamLost, with one difference: a request that may
 // not be sent twice (a client call whose method is not on the retry list,
 // eth_sendRawTransaction above all, alone or with the rest of its batch's
-// array) stays with the old connection, which still answers it. Everything else moves: retryable requests go
-// again on the new connection, subscriptions are made there with their
-// client ids unchanged and their gaps filled (package gapfill), so that a
-// switch is as lossless as a reconnect and loses no answer a loss would
-// not.
+// array) stays with the old connection, which still answers it.
+// Everything else moves: retryable requests go again on the new
+// connection, subscriptions are made there with their client ids
+// unchanged and their gaps filled (package gapfill), so that a switch is
+// as lossless as a reconnect and loses no answer a loss would not.
 //
 // The old connection drains: its pushes are ignored (the subscriptions now
 // live on the new one), answers to the requests left to it are delivered,

@@ -75,42 +75,34 @@ type variant struct {
 	back      bool // a reorg may go back to the branch the last one orphaned
 }
 
-// variantOf spreads the seeds over the node's behaviours.
+// behaviours are the node behaviours a run may add to the plain one, by
+// the name GAPFILL_VARIANT takes ("mixed" picks some from the seed).
+var behaviours = map[string]func(v *variant, seed uint64){
+	"oneHead":   func(v *variant, _ uint64) { v.oneHead = true },
+	"logsFirst": func(v *variant, _ uint64) { v.logsFirst = true },
+	"newFirst":  func(v *variant, _ uint64) { v.newFirst = true },
+	"deep":      func(v *variant, _ uint64) { v.depth, v.reorgOdds = 8, 3 },
+	"headsLate": func(v *variant, _ uint64) { v.headsLate = true },
+	"shorten":   func(v *variant, _ uint64) { v.shorten = true },
+	"dup":       func(v *variant, _ uint64) { v.dup = true },
+	"back":      func(v *variant, _ uint64) { v.back = true },
+	"mixed": func(v *variant, seed uint64) {
+		v.oneHead, v.newFirst, v.logsFirst = seed%2 == 0, seed%3 == 0, seed%5 == 0
+	},
+}
+
+// variantOf spreads the seeds over the node's behaviours: the plain one
+// and, one seed in five each, oneHead, logsFirst, newFirst and deep; or
+// those GAPFILL_VARIANT names (comma-separated) for every seed.
 func variantOf(seed uint64) variant {
 	v := variant{depth: 3, reorgOdds: 6, errOdds: 30}
-	switch seed % 5 {
-	case 1:
-		v.oneHead = true
-	case 2:
-		v.logsFirst = true
-	case 3:
-		v.newFirst = true
-	case 4:
-		v.depth, v.reorgOdds = 8, 3
-	}
+	names := []string{"", "oneHead", "logsFirst", "newFirst", "deep"}[seed%5 : seed%5+1]
 	if e := os.Getenv("GAPFILL_VARIANT"); e != "" {
-		v = variant{depth: 3, reorgOdds: 6, errOdds: 30}
-		for _, f := range strings.Split(e, ",") {
-			switch f {
-			case "oneHead":
-				v.oneHead = true
-			case "logsFirst":
-				v.logsFirst = true
-			case "newFirst":
-				v.newFirst = true
-			case "deep":
-				v.depth, v.reorgOdds = 8, 3
-			case "headsLate":
-				v.headsLate = true
-			case "shorten":
-				v.shorten = true
-			case "dup":
-				v.dup = true
-			case "back":
-				v.back = true
-			case "mixed":
-				v.oneHead, v.newFirst, v.logsFirst = seed%2 == 0, seed%3 == 0, seed%5 == 0
-			}
+		names = strings.Split(e, ",")
+	}
+	for _, name := range names {
+		if add := behaviours[name]; add != nil {
+			add(&v, seed)
 		}
 	}
 	return v
