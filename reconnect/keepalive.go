@@ -124,13 +124,17 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 		if !asked || live.hearing() != heardMark {
 			continue
 		}
-		// Bytes came, nothing was heard: let the ping run its course.
+		// Bytes came, nothing was heard this round: let the ping run its
+		// course. It is judged by what was heard since it was sent, which
+		// may be before this round (a ping sent late, once our writes were
+		// out, can outlast its round): an answer that came after it is
+		// hearing for it.
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p.done:
 		}
-		if !p.ponged && live.hearing() == heardMark && live.msgEnds.Load() > p.msgsBefore {
+		if !p.ponged && live.hearing() == p.heardBefore && live.msgEnds.Load() > p.msgsBefore {
 			c.CloseNow()
 			return fmt.Errorf("%w: the node sends but has taken nothing of ours (no pong, no answer) for %s", ErrPingTimeout, live.unheardFor().Round(time.Millisecond))
 		}
@@ -148,6 +152,9 @@ type pingCall struct {
 	// msgsBefore is how many messages serve had begun reading when the
 	// ping was sent: a message numbered above it began after the ping.
 	msgsBefore uint64
+	// heardBefore is the hearing count when the ping was sent: any
+	// hearing since then answers for the node.
+	heardBefore uint64
 }
 
 // startPing sends one ping and records its pong as proof of life and of
@@ -155,7 +162,7 @@ type pingCall struct {
 // coder/websocket writes it closes the connection, so it ends on its own,
 // by pong, timeout or close.
 func startPing(c pinger, live *liveness, timeout time.Duration) *pingCall {
-	p := &pingCall{done: make(chan struct{}), msgsBefore: live.msgStarts.Load()}
+	p := &pingCall{done: make(chan struct{}), msgsBefore: live.msgStarts.Load(), heardBefore: live.hearing()}
 	go func() {
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)

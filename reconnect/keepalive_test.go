@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -290,6 +291,127 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKeepaliveJudgesPingByItsOwnHearing drives keepalive itself in a
+// synctest bubble, with a pinger that never gets a pong (the node reads
+// our bytes later than PingTimeout) and a script of what serve reports: a
+// push every 100 ms, and answers at the times given. PingInterval is
+// shorter than PingTimeout, and our writes are queued when the first round
+// starts, so the first ping goes out late and is still out when the
+// second round starts. An answer that came after a ping was sent is
+// hearing for that ping, whichever round is judging it: the node is deaf
+// only when nothing was heard since the ping it did not answer.
+func TestKeepaliveJudgesPingByItsOwnHearing(t *testing.T) {
+	const (
+		interval = time.Second
+		timeout  = 2 * time.Second
+		push     = 100 * time.Millisecond
+		watchFor = 6 * time.Second
+	)
+	tests := []struct {
+		name     string
+		answers  []time.Duration // when the node's answers arrive
+		lostWhen time.Duration   // 0: kept for watchFor
+	}{
+		// Round 1 starts at 1 s and pings at 1.1 s, when our writes are
+		// out, and hears the answer at 1.5 s; round 2 starts at 3 s with
+		// that ping still out and hears nothing until its end at 5 s;
+		// round 3 pings at 5 s and hears 5.5 s.
+		{"answers after each ping", []time.Duration{1500 * time.Millisecond, 5500 * time.Millisecond}, 0},
+		// Nothing heard after the first ping: deaf once it times out.
+		{"answers nothing", nil, 1100*time.Millisecond + timeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				live := newLiveness()
+				// Our writes are queued from 0.9 s to 1.1 s: the ping
+				// waits for them.
+				queue := &coalescingConn{}
+				live.conn.Store(queue)
+				setWriting := func(on bool) {
+					queue.mu.Lock()
+					queue.writing = on
+					queue.mu.Unlock()
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				var wg sync.WaitGroup
+				defer wg.Wait()
+				defer cancel()
+				node := &unansweredPinger{closed: make(chan struct{})}
+				defer node.CloseNow() // ends a ping still out
+				result := make(chan error, 1)
+				start := time.Now()
+				wg.Go(func() { result <- keepalive(ctx, node, live, interval, timeout) })
+				wg.Go(func() { // what serve reports
+					message := func() { live.msgStarts.Add(1); live.progressed(); live.msgEnds.Add(1) }
+					answers := tt.answers
+					for at := push; ; at += push {
+						time.Sleep(time.Until(start.Add(at)))
+						select {
+						case <-ctx.Done():
+							return
+						case <-node.closed:
+							return
+						default:
+						}
+						switch at {
+						case 900 * time.Millisecond:
+							setWriting(true)
+						case 1100 * time.Millisecond:
+							setWriting(false)
+						}
+						message() // a push
+						if len(answers) > 0 && at >= answers[0] {
+							answers = answers[1:]
+							live.msgStarts.Add(1)
+							live.hears()
+							live.msgEnds.Add(1)
+						}
+					}
+				})
+				select {
+				case err := <-result:
+					lived := time.Since(start)
+					if tt.lostWhen == 0 {
+						t.Fatalf("a node heard after each ping was dropped after %s: %v", lived, err)
+					}
+					if !errors.Is(err, ErrPingTimeout) || !strings.Contains(err.Error(), "taken nothing of ours") {
+						t.Errorf("err = %v, want ErrPingTimeout for a node that takes nothing", err)
+					}
+					if lived < tt.lostWhen || lived > tt.lostWhen+push {
+						t.Errorf("dropped after %s, want %s (+ up to %s)", lived, tt.lostWhen, push)
+					}
+				case <-time.After(watchFor):
+					if tt.lostWhen != 0 {
+						t.Fatalf("a node that heard nothing after a ping was kept for %s", watchFor)
+					}
+				}
+			})
+		})
+	}
+}
+
+// unansweredPinger is a connection whose pings never get a pong: each
+// waits out its context. closed is closed by CloseNow.
+type unansweredPinger struct {
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (p *unansweredPinger) Ping(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.closed:
+		return net.ErrClosed
+	}
+}
+
+func (p *unansweredPinger) CloseNow() error {
+	p.once.Do(func() { close(p.closed) })
+	return nil
 }
 
 // readReporting is a serve function body that reads as muxd's does: it

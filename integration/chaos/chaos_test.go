@@ -8,8 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"sort"
@@ -61,7 +59,7 @@ func TestChaos(t *testing.T) {
 		// reach its 10 s maximum and the node be away most of the run:
 		// few backfills, each of a gap past backfill_blocks.
 		ReconnectMax: reconnectMax,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:       logOnFailure(t),
 	})
 
 	start := time.Now()

@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -49,7 +47,7 @@ func TestLargeFramesSlowNode(t *testing.T) {
 		RequestTimeout: 2 * time.Minute,
 		PingInterval:   500 * time.Millisecond,
 		PingTimeout:    time.Second,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:         logOnFailure(t),
 	})
 
 	start := time.Now()

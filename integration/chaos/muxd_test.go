@@ -1,9 +1,12 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -46,4 +49,37 @@ func startMuxd(t *testing.T, cfg mux.Config) (srv *mux.Server, wsURL string, sto
 	})
 	t.Cleanup(func() { stop() })
 	return srv, "ws" + strings.TrimPrefix(front.URL, "http"), stop
+}
+
+// logOnFailure returns a logger that keeps muxd's records at Info and
+// above and prints them in the test's log if the test fails: quiet on
+// success, the reasons on a failure (an "upstream lost" record names why
+// a connection was dropped).
+func logOnFailure(t *testing.T) *slog.Logger {
+	t.Helper()
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	// Registered before the muxd it logs for, so it runs after that
+	// muxd's own cleanup has stopped it: nothing is logged once it ran.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("muxd's log:\n%s", buf.Bytes())
+	})
+	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+}
+
+// lockedWriter writes to w under mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
