@@ -182,10 +182,16 @@ func checkCaughtUp(t *testing.T, up *chaosUpstream, clients []*client) {
 	calmed := time.Now()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	// Bounded by a redial and a few request timeouts: on a connection
-	// that stays up every backfill ends within a few round trips, or a
-	// request timeout and its retry.
-	for until := calmed.Add(reconnectMax + 3*requestTimeout + slack); ; <-tick.C {
+	// A hold is bounded by a redial and a few request timeouts: on a
+	// connection that stays up every backfill ends within a few round
+	// trips, or a request timeout and its retry. So the watchers must
+	// move within that much of the calm, and of each other move; a
+	// machine too busy to deliver quickly only makes them move slowly,
+	// while a backfill that never ends holds them still. Behind that, a
+	// bound on the whole wait.
+	stillFor := reconnectMax + 3*requestTimeout + slack
+	moved, seen := calmed, ""
+	for ; ; <-tick.C {
 		var behind []string
 		for _, c := range clients {
 			if c.watcher() {
@@ -198,9 +204,12 @@ func checkCaughtUp(t *testing.T, up *chaosUpstream, clients []*client) {
 			t.Logf("watchers caught up with block %d within %v of the node calming down", top, time.Since(calmed).Round(time.Millisecond))
 			return
 		}
-		if time.Now().After(until) {
-			t.Errorf("%d watchers were delivered nothing from past block %d within %v of the node calming down (a backfill that never ends holds every later push): %v",
-				len(behind), top, time.Since(calmed).Round(time.Millisecond), behind)
+		if now := fmt.Sprint(behind); now != seen {
+			moved, seen = time.Now(), now
+		}
+		if time.Since(moved) > stillFor || time.Since(calmed) > 4*stillFor {
+			t.Errorf("%d watchers were delivered nothing from past block %d within %v of the node calming down, none of them moving for %v (a backfill that never ends holds every later push): %v",
+				len(behind), top, time.Since(calmed).Round(time.Millisecond), time.Since(moved).Round(time.Millisecond), behind)
 			return
 		}
 	}
