@@ -531,9 +531,10 @@ func (m *Machine) Answer(id uint64, result []byte, now time.Time) Effects {
 // Tick is the event "time is now": requests past their deadline count as
 // failed, retries that are due are sent, jobs past their deadline give up.
 func (m *Machine) Tick(now time.Time) Effects {
-	for id, r := range m.reqs {
-		if now.Before(r.deadline) {
-			continue
+	for _, id := range m.expired(now) {
+		r, ok := m.reqs[id]
+		if !ok {
+			continue // dropped by an earlier one's failure (its job gave up or started over)
 		}
 		delete(m.reqs, id)
 		k := m.keys[r.key]
@@ -558,6 +559,20 @@ func (m *Machine) Tick(now time.Time) Effects {
 		m.pump(k, now)
 	}
 	return m.take()
+}
+
+// expired returns the ids of the requests past their deadline, in the
+// order they were sent (effects in a stable order: a map's is not, and a
+// run of the machine would not repeat).
+func (m *Machine) expired(now time.Time) []uint64 {
+	var ids []uint64
+	for id, r := range m.reqs {
+		if !now.Before(r.deadline) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // dueHeadWaits returns the keys whose HeadWait is over, sorted (effects
