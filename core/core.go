@@ -234,9 +234,9 @@ func (c *Core) started(cl *client, held int) {
 
 // largeRelease is the least a release of held bytes must be (one
 // request's frame, or the frames of a batch's array answered whole) for
-// the shell to count it towards handing
-// memory back to the OS at once (Effects.Released): small requests come
-// and go all the time, and their memory is reused.
+// the shell to count it towards handing memory back to the OS at once
+// (Effects.Released): small requests come and go all the time, and their
+// memory is reused.
 const largeRelease = 1 << 20
 
 // hold changes the bytes held for cl (and for all clients) by delta.

@@ -398,6 +398,14 @@ func runScripts(t *testing.T, rows []scriptRow) {
 	}
 }
 
+// heldSum is the sum of the bytes held for each client.
+func heldSum(h *harness) (sum int) {
+	for _, cl := range h.c.clients {
+		sum += cl.held
+	}
+	return sum
+}
+
 // checkGauges checks that the observer's gauges agree with the tables. It
 // empties the pending table to count it: call it last.
 func (h *harness) checkGauges() {

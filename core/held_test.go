@@ -1,18 +1,10 @@
 package core
 
-import (
-	"testing"
-)
+import "testing"
 
-func heldSum(h *harness) (sum int) {
-	for _, cl := range h.c.clients {
-		sum += cl.held
-	}
-	return sum
-}
-
-// TestHeldTotalAfterSubscriberGone: the bytes held for all clients (c.held) must equal the sum of the clients' held after a client
-// with a subscription leaves.
+// TestHeldTotalAfterSubscriberGone: the bytes held for all clients
+// (c.held) must equal the sum of the clients' held after a client with a
+// subscription leaves.
 func TestHeldTotalAfterSubscriberGone(t *testing.T) {
 	for _, answered := range []bool{true, false} {
 		h := newHarness(t, nil)

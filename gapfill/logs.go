@@ -3,7 +3,6 @@ package gapfill
 import (
 	"cmp"
 	"encoding/json"
-	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -553,17 +552,6 @@ func (m *Machine) removeBlock(k *keyState, n uint64) {
 	delete(k.blocks, n)
 }
 
-// sortedKeys returns the machine's keys in order (effects in a stable
-// order).
-func (m *Machine) sortedKeys() []string {
-	keys := make([]string, 0, len(m.keys))
-	for key := range m.keys {
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // UnknownForkDepth is how far below a replaced block a logs key's covered
 // block is lowered when nothing tells where the fork is (uncover): 64
 // blocks, two epochs, past which a post-merge chain is final.
@@ -633,10 +621,8 @@ func (m *Machine) noteHead(h header, now time.Time) {
 	// A reorg: a head not above the last, or one whose parent is not the
 	// block the heads named at its number (geth after the merge pushes
 	// only a reorg's new head).
-	parentMoved := false
-	if old, ok := m.nodeHashes[h.num-1]; ok && h.num > 0 && old != h.parent {
-		parentMoved = true
-	}
+	old, ok := m.nodeHashes[h.num-1]
+	parentMoved := ok && h.num > 0 && old != h.parent
 	if had && (h.num <= prev || parentMoved) && h.num > 0 {
 		// Blocks from h.num (from its parent when that moved) on are
 		// another branch's, whose logs the node pushes around this
@@ -655,7 +641,6 @@ func (m *Machine) noteHead(h header, now time.Time) {
 		if parentMoved {
 			from = h.num - 1
 		}
-		oldHashes := maps.Clone(m.nodeHashes)
 		for _, key := range m.sortedKeys() {
 			k := m.keys[key]
 			if k.kind != kindLogs {
@@ -669,7 +654,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 					case h.num:
 						return hash != h.hash
 					}
-					return num > h.num && oldHashes[num] == hash
+					return num > h.num && m.nodeHashes[num] == hash
 				})
 				if parentMoved && holdsBelow(k, from) {
 					// The fork may be below the blocks the head
@@ -688,15 +673,11 @@ func (m *Machine) noteHead(h header, now time.Time) {
 	if !had || h.num <= prev+1 {
 		return
 	}
-	keys := make([]string, 0, len(m.keys))
-	for key, k := range m.keys {
-		if k.kind == kindLogs && k.haveCovered {
-			keys = append(keys, key)
-		}
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
+	for _, key := range m.sortedKeys() {
 		k := m.keys[key]
+		if k.kind != kindLogs || !k.haveCovered {
+			continue
+		}
 		from := max(prev, k.start) + 1
 		if from > h.num {
 			continue

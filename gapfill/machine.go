@@ -2,6 +2,7 @@ package gapfill
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"time"
 )
@@ -588,17 +589,16 @@ func (m *Machine) dueHeadWaits(now time.Time) []string {
 	return due
 }
 
+// sortedKeys returns the machine's keys in order (effects in a stable
+// order).
+func (m *Machine) sortedKeys() []string {
+	return slices.Sorted(maps.Keys(m.keys))
+}
+
 // keysWithJobs returns the keys whose job runs, sorted (effects in a
 // stable order).
 func (m *Machine) keysWithJobs() []string {
-	keys := make([]string, 0, len(m.keys))
-	for key, k := range m.keys {
-		if k.job != nil {
-			keys = append(keys, key)
-		}
-	}
-	slices.Sort(keys)
-	return keys
+	return slices.DeleteFunc(m.sortedKeys(), func(key string) bool { return m.keys[key].job == nil })
 }
 
 // failed handles an error answer or a timeout of r.

@@ -367,8 +367,6 @@ func (s *subscriber) onHead(res []byte) {
 	s.last, s.haveLast = h.num, true
 }
 
-func logRef(l logEntry) string { return l.hash + "/" + strconv.FormatUint(l.index, 10) }
-
 // ancestor returns the hash of the block at num on the branch of hash.
 func (n *randNode) ancestor(hash string, num uint64) string {
 	b := n.blocks[hash]
@@ -391,7 +389,7 @@ func (s *subscriber) onLog(res []byte) {
 	if b == nil || l.index >= uint64(len(b.logs)) || b.logs[l.index].addr != "0xaa" {
 		s.fail("a log the node never made or that does not match: %s", res)
 	}
-	ref := logRef(l)
+	ref := logID(l)
 	if l.removed {
 		if !s.ever[ref] {
 			s.brk(randLogsKey, "removal of log %d/%d never delivered", l.block, l.index)

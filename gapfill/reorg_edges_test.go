@@ -114,16 +114,17 @@ func TestLogsUncoverKeepsCoveredBranch(t *testing.T) {
 	}
 }
 
-// liveOnTwoLoggedBlocks makes the heads and logs keys live, blocks 1..8 of main pushed (no
-// logs), then 9A and 10A each with one log of 0xaa.
-func liveOnTwoLoggedBlocks(t *testing.T) (*harness, map[uint64]blk, map[uint64]blk) {
-	main, forked := chainOf(0, 0, 20), chainOf(1, 8, 20)
+// liveWithLogs makes the heads and logs keys live on main and pushes
+// heads 1..10 of it, each of the blocks logged followed by its one log of
+// 0xaa; forked is the branch that leaves main above block fork.
+func liveWithLogs(t *testing.T, fork uint64, logged ...uint64) (*harness, map[uint64]blk, map[uint64]blk) {
+	main, forked := chainOf(0, 0, 20), chainOf(1, fork, 20)
 	h := newHarness(t, Config{Blocks: 128}, &node{chain: main, head: 8})
 	h.apply(h.m.Live(headsKey, h.now), nil)
 	h.apply(h.m.Live(logsKey, h.now), nil)
 	for b := uint64(1); b <= 10; b++ {
 		h.push(headsKey, headJSON(main[b]))
-		if b >= 9 {
+		if slices.Contains(logged, b) {
 			h.push(logsKey, logJSON(lg{b, main[b].hash, 0, "0xaa"}, false))
 		}
 	}
@@ -136,7 +137,7 @@ func liveOnTwoLoggedBlocks(t *testing.T) (*harness, map[uint64]blk, map[uint64]b
 // removals cover 10A but not 9A; 10B is delivered while 9A stands, and the
 // node's removal of 9A comes after 10B and 11B.
 func TestLogsOneHeadNewLogsFirstDeepReorg(t *testing.T) {
-	h, main, forked := liveOnTwoLoggedBlocks(t)
+	h, main, forked := liveWithLogs(t, 8, 9, 10)
 	h.n.chain = forked
 	h.n.head = 11
 	h.push(headsKey, headJSON(forked[11]))
@@ -161,7 +162,7 @@ func TestLogsOneHeadNewLogsFirstDeepReorg(t *testing.T) {
 // above the last, 10A) makes noteHead send every delivered block above 9
 // removed: 10B and 11B, which are canonical.
 func TestLogsHeadsAfterTheirLogs(t *testing.T) {
-	h, main, forked := liveOnTwoLoggedBlocks(t)
+	h, main, forked := liveWithLogs(t, 8, 9, 10)
 	h.n.chain = forked
 	h.n.head = 11
 	h.push(logsKey, logJSON(lg{9, main[9].hash, 0, "0xaa"}, true))
@@ -184,14 +185,7 @@ func TestLogsHeadsAfterTheirLogs(t *testing.T) {
 // TestLogsHeadLagsItsLogs: the same-height (one-deep) variant with one lagging head: logs 10B and 11B
 // come before head 10B.
 func TestLogsHeadLagsItsLogs(t *testing.T) {
-	main, forked := chainOf(0, 0, 20), chainOf(1, 9, 20)
-	h := newHarness(t, Config{Blocks: 128}, &node{chain: main, head: 8})
-	h.apply(h.m.Live(headsKey, h.now), nil)
-	h.apply(h.m.Live(logsKey, h.now), nil)
-	for b := uint64(1); b <= 10; b++ {
-		h.push(headsKey, headJSON(main[b]))
-	}
-	h.push(logsKey, logJSON(lg{10, main[10].hash, 0, "0xaa"}, false))
+	h, main, forked := liveWithLogs(t, 9, 10)
 	h.n.chain, h.n.head = forked, 11
 	h.push(logsKey, logJSON(lg{10, main[10].hash, 0, "0xaa"}, true))
 	h.push(logsKey, logJSON(lg{10, forked[10].hash, 0, "0xaa"}, false))
