@@ -86,10 +86,15 @@ type coalescingConn struct {
 	more     chan struct{} // cap 1: Write added to buf while a flusher runs
 
 	ahead readAhead // owned by the reading goroutine, not guarded by mu
+
+	// ackNow asks the socket to acknowledge at once (see quickack.go), or
+	// is nil: not a TCP socket, or the option failed once. Owned by the
+	// reading goroutine.
+	ackNow func() error
 }
 
 func newCoalescingConn(c net.Conn) *coalescingConn {
-	cc := &coalescingConn{Conn: c, more: make(chan struct{}, 1)}
+	cc := &coalescingConn{Conn: c, more: make(chan struct{}, 1), ackNow: quickAcker(c)}
 	cc.drained.L = &cc.mu
 	return cc
 }
@@ -122,9 +127,16 @@ func (c *coalescingConn) Write(p []byte) (int, error) {
 }
 
 // Read reads from the socket through a read-ahead buffer (readAhead),
-// telling live when bytes arrived. One goroutine reads.
+// telling live when bytes arrived, and asks for an immediate
+// acknowledgement after a read of a large answer's payload (see
+// quickack.go). One goroutine reads.
 func (c *coalescingConn) Read(p []byte) (int, error) {
 	n, got, err := c.ahead.read(c.Conn, p)
+	if c.ackNow != nil && ackLargeReads(p, got) {
+		if c.ackNow() != nil {
+			c.ackNow = nil // not to be asked again on every read
+		}
+	}
 	if got > 0 && c.live != nil {
 		c.live.progressed()
 	}
