@@ -1,11 +1,9 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
 
@@ -57,29 +56,13 @@ func startMuxd(t *testing.T, cfg mux.Config) (srv *mux.Server, wsURL string, sto
 // a connection was dropped).
 func logOnFailure(t *testing.T) *slog.Logger {
 	t.Helper()
-	var mu sync.Mutex
-	var buf bytes.Buffer
+	var buf testnode.LockedBuffer
 	// Registered before the muxd it logs for, so it runs after that
 	// muxd's own cleanup has stopped it: nothing is logged once it ran.
 	t.Cleanup(func() {
-		if !t.Failed() {
-			return
+		if t.Failed() {
+			t.Logf("muxd's log:\n%s", buf.String())
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		t.Logf("muxd's log:\n%s", buf.Bytes())
 	})
-	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
-}
-
-// lockedWriter writes to w under mu.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return slog.New(slog.NewTextHandler(&buf, nil))
 }
