@@ -45,6 +45,7 @@ func TestChaos(t *testing.T) {
 	baseHeap := ms.HeapInuse
 	baseG := runtime.NumGoroutine()
 
+	meter := startStallMeter(t, 10*time.Millisecond)
 	up := newChaosUpstream(t)
 	gaps := newBreakLog()
 	var upOnce sync.Once
@@ -69,7 +70,7 @@ func TestChaos(t *testing.T) {
 	released := make(chan struct{})
 	for i := range clients {
 		c := newClient(t, i)
-		c.chain, c.gaps = up.chain, gaps
+		c.chain, c.gaps, c.meter = up.chain, gaps, meter
 		clients[i] = c
 		wg.Add(1)
 		var watched func()
@@ -89,7 +90,7 @@ func TestChaos(t *testing.T) {
 	checkCaughtUp(t, up, clients)
 	close(released)
 	wg.Wait()
-	t.Logf("clients done after %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("clients done after %v (the process stalled %v of it)", time.Since(start).Round(time.Millisecond), meter.now().stalled)
 
 	var tot clientStats
 	for _, c := range clients {
@@ -131,7 +132,7 @@ func TestChaos(t *testing.T) {
 	// reach zero within a request timeout (plus slack).
 	settle := time.NewTicker(10 * time.Millisecond)
 	defer settle.Stop()
-	for until := time.Now().Add(requestTimeout + slack); time.Now().Before(until); <-settle.C {
+	for left := meter.now(); meter.now().ran(left) < requestTimeout+slack; <-settle.C {
 		if value(m.InFlight) == 0 && value(m.ClientSubs) == 0 && value(m.Clients.WithLabelValues("ws")) == 0 {
 			break
 		}
@@ -321,7 +322,7 @@ type req struct {
 	method   string
 	params   []byte
 	kind     kind
-	sent     time.Time
+	sent     stamp
 	batch    *batch
 	resolved bool
 	subID    string   // kindUnsub: the client subscription id
@@ -339,7 +340,7 @@ type group struct {
 type batch struct {
 	n        int
 	elems    []*req // id-bearing elements
-	sent     time.Time
+	sent     stamp
 	resolved bool
 	idSet    string // sorted ids, to identify an all-error answer
 }
@@ -391,8 +392,9 @@ type client struct {
 	t     *testing.T
 	n     int
 	rng   *rand.Rand
-	chain *chain    // the node's chain, to check heads and logs against
-	gaps  *breakLog // where gap-free subscriptions broke
+	chain *chain      // the node's chain, to check heads and logs against
+	gaps  *breakLog   // where gap-free subscriptions broke
+	meter *stallMeter // what deadlines are measured with
 
 	mu          sync.Mutex
 	wake        chan struct{}
@@ -486,7 +488,7 @@ func (c *client) run(url string, end time.Time, watched func(), released <-chan 
 	defer pace.Stop()
 	endT := time.NewTimer(time.Until(end))
 	defer endT.Stop()
-	var lastSent time.Time
+	var lastSent stamp
 send:
 	for time.Now().Before(end) {
 		// Pace first, then wait for room (an answer) if the window is full.
@@ -508,7 +510,7 @@ send:
 			}
 		}
 		frame := c.next()
-		lastSent = time.Now()
+		lastSent = c.meter.now()
 		if err := conn.Write(ctx, websocket.MessageText, frame); err != nil {
 			c.fail("write: %v", err)
 			return
@@ -536,7 +538,7 @@ send:
 	}
 	c.mu.Unlock()
 	for _, f := range unsubs {
-		lastSent = time.Now()
+		lastSent = c.meter.now()
 		if err := conn.Write(ctx, websocket.MessageText, f); err != nil {
 			c.fail("write: %v", err)
 			return
@@ -573,7 +575,7 @@ func waitFor[T any](ch <-chan T, readDone chan struct{}, check *time.Ticker, c *
 		case <-readDone:
 			return false
 		case <-check.C:
-			c.checkDeadlines(time.Now())
+			c.checkDeadlines(c.meter.now(), false)
 		}
 	}
 }
@@ -581,8 +583,8 @@ func waitFor[T any](ch <-chan T, readDone chan struct{}, check *time.Ticker, c *
 // drain waits until nothing is outstanding, failing what is still
 // unanswered past the last send's deadline plus slack. It reports false when
 // the connection is gone.
-func (c *client) drain(conn *websocket.Conn, ctx context.Context, lastSent time.Time, check *time.Ticker, readDone chan struct{}) bool {
-	drainBy := time.NewTimer(time.Until(lastSent.Add(requestTimeout + slack)))
+func (c *client) drain(conn *websocket.Conn, ctx context.Context, lastSent stamp, check *time.Ticker, readDone chan struct{}) bool {
+	drainBy := time.NewTimer(requestTimeout + slack - c.meter.now().ran(lastSent))
 	defer drainBy.Stop()
 	for {
 		c.mu.Lock()
@@ -594,11 +596,16 @@ func (c *client) drain(conn *websocket.Conn, ctx context.Context, lastSent time.
 		select {
 		case <-c.wake:
 		case <-check.C:
-			c.checkDeadlines(time.Now())
+			c.checkDeadlines(c.meter.now(), false)
 		case <-readDone:
 			return false
 		case <-drainBy.C:
-			c.checkDeadlines(time.Now().Add(time.Hour))
+			now := c.meter.now()
+			if left := requestTimeout + slack - now.ran(lastSent); left > 0 {
+				drainBy.Reset(left) // the process stalled meanwhile
+				continue
+			}
+			c.checkDeadlines(now, true)
 			c.mu.Lock()
 			c.fail("%d requests/batches unanswered %v after the last was sent", c.outstanding, requestTimeout+slack)
 			c.outstanding = 0
@@ -646,7 +653,7 @@ func (c *client) callLocked(b *batch, id []byte) *req {
 	}
 	tag := fmt.Sprintf("c%d-%d", c.n, c.seq)
 	params := fmt.Appendf(nil, `[{"tag":"%s","pad":"%x","s":"a\"b\\c"},"latest"]`, tag, c.rng.Uint64())
-	r := &req{id: id, tag: tag, method: method, params: params, kind: kindCall, batch: b, sent: time.Now()}
+	r := &req{id: id, tag: tag, method: method, params: params, kind: kindCall, batch: b, sent: c.meter.now()}
 	c.tags[tag] = r
 	if b == nil {
 		g := c.groups[string(id)]
@@ -679,7 +686,7 @@ func (c *client) subLocked(b *batch, v *variant) *req {
 	if v == nil {
 		v = &subVariants[c.rng.IntN(len(subVariants))]
 	}
-	r := &req{id: fmt.Appendf(nil, `"s-%d"`, c.seq), method: "eth_subscribe", params: []byte(v.params), kind: kindSub, subParam: v, batch: b, sent: time.Now()}
+	r := &req{id: fmt.Appendf(nil, `"s-%d"`, c.seq), method: "eth_subscribe", params: []byte(v.params), kind: kindSub, subParam: v, batch: b, sent: c.meter.now()}
 	c.subReqs[string(r.id)] = r
 	c.stats.SubsSent++
 	return r
@@ -688,7 +695,7 @@ func (c *client) subLocked(b *batch, v *variant) *req {
 func (c *client) unsubLocked(sid string) []byte {
 	c.seq++
 	c.live[sid].unsubscribe = true
-	r := &req{id: fmt.Appendf(nil, `"s-%d"`, c.seq), method: "eth_unsubscribe", params: fmt.Appendf(nil, "[%s]", sid), kind: kindUnsub, subID: sid, sent: time.Now()}
+	r := &req{id: fmt.Appendf(nil, `"s-%d"`, c.seq), method: "eth_unsubscribe", params: fmt.Appendf(nil, "[%s]", sid), kind: kindUnsub, subID: sid, sent: c.meter.now()}
 	c.subReqs[string(r.id)] = r
 	c.outstanding++
 	return encode(r)
@@ -706,7 +713,7 @@ func (c *client) next() []byte {
 		return c.notifLocked()
 	case x < 75:
 		c.stats.BatchesSent++
-		b := &batch{n: c.seq, sent: time.Now()}
+		b := &batch{n: c.seq, sent: c.meter.now()}
 		var elems [][]byte
 		first := c.callLocked(b, fmt.Appendf(nil, `"b-%d"`, c.seq))
 		b.elems = append(b.elems, first)
@@ -937,7 +944,7 @@ func (c *client) onSingle(m *inMsg, msg []byte) {
 
 func (c *client) onSubAnswer(r *req, m *inMsg, msg []byte) {
 	if r.resolved {
-		c.fail("second answer to %s id %s (sent %v ago) %v after the first %s: %.300s\nrecent: %s", r.method, r.id, time.Since(r.sent), time.Since(r.firstAt), r.first, msg, bytes.Join(c.recent, []byte("\n")))
+		c.fail("second answer to %s id %s (sent %v ago) %v after the first %s: %.300s\nrecent: %s", r.method, r.id, time.Since(r.sent.at), time.Since(r.firstAt), r.first, msg, bytes.Join(c.recent, []byte("\n")))
 		return
 	}
 	r.resolved = true
@@ -1103,32 +1110,39 @@ func (c *client) onBatch(entries []json.RawMessage, msg []byte) {
 }
 
 // checkDeadlines fails every request that is still unanswered past its
-// deadline plus slack.
-func (c *client) checkDeadlines(now time.Time) {
+// deadline plus slack, counted in time the process could run (stallMeter);
+// with all, every request still unanswered.
+func (c *client) checkDeadlines(now stamp, all bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	late := func(r *req) bool { return now.After(r.sent.Add(requestTimeout + slack)) }
+	late := func(sent stamp) bool { return all || now.ran(sent) > requestTimeout+slack }
+	age := func(sent stamp) string {
+		return fmt.Sprintf("sent %v ago, the process stalled %v of that", now.at.Sub(sent.at).Round(time.Millisecond), (now.stalled - sent.stalled).Round(time.Millisecond))
+	}
 	for id, g := range c.groups {
-		n := 0
+		n, oldest := 0, stamp{}
 		for _, r := range g.reqs {
-			if !r.resolved && late(r) {
+			if !r.resolved && late(r.sent) {
+				if n == 0 {
+					oldest = r.sent
+				}
 				n++
 			}
 		}
 		if n > g.errs {
-			c.fail("%d requests with id %s unanswered past deadline+slack", n-g.errs, id)
+			c.fail("%d requests with id %s unanswered past deadline+slack (the first %s)", n-g.errs, id, age(oldest))
 			g.errs = n // report once
 		}
 	}
 	for _, r := range c.subReqs {
-		if r.batch == nil && !r.resolved && late(r) {
-			c.fail("%s id %s unanswered past deadline+slack", r.method, r.id)
+		if r.batch == nil && !r.resolved && late(r.sent) {
+			c.fail("%s id %s unanswered past deadline+slack (%s)", r.method, r.id, age(r.sent))
 			r.resolved = true
 		}
 	}
 	for _, b := range c.batches {
-		if !b.resolved && now.After(b.sent.Add(requestTimeout+slack)) {
-			c.fail("batch %d (%d elements with id) unanswered past deadline+slack", b.n, len(b.elems))
+		if !b.resolved && late(b.sent) {
+			c.fail("batch %d (%d elements with id) unanswered past deadline+slack (%s)", b.n, len(b.elems), age(b.sent))
 			b.resolved = true
 		}
 	}
