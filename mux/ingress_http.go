@@ -1,6 +1,7 @@
 package mux
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,6 +11,9 @@ import (
 	"os"
 	"strings"
 )
+
+// jsonSpace is what JSON counts as whitespace between values.
+const jsonSpace = " \t\n\r"
 
 // DefaultMaxHTTPBodyBytes bounds an HTTP request body, as geth's does.
 const DefaultMaxHTTPBodyBytes = 5 << 20
@@ -73,6 +77,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(bytes.Trim(body, jsonSpace)) == 0 {
+		// Nothing to read: geth reads no request and answers an empty
+		// 200 (its decoder sees the end of the body), not a parse error.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	tr := &httpTransport{}

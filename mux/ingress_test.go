@@ -192,6 +192,11 @@ func TestIngressHTTPErrors(t *testing.T) {
 		{"notification", "POST", "/", "", "application/json", `{"jsonrpc":"2.0","method":"eth_chainId"}`, http.StatusOK, ""},
 		{"batch of notifications", "POST", "/", "", "application/json", `[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","method":"b"}]`, http.StatusOK, ""},
 		{"malformed", "POST", "/", "", "application/json", `{"jsonrpc":`, http.StatusOK, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700`},
+		// geth reads no request from a body with none and answers an
+		// empty 200 (its decoder sees the end of the body).
+		{"empty body", "POST", "/", "", "application/json", ``, http.StatusOK, ""},
+		{"whitespace body", "POST", "/", "", "application/json", " \t\r\n ", http.StatusOK, ""},
+		{"whitespace then garbage", "POST", "/", "", "application/json", " \n x", http.StatusOK, `"code":-32700`},
 		{"empty batch", "POST", "/", "", "application/json", `[]`, http.StatusOK, `"code":-32600`},
 		{"foreign host", "POST", "/", "evil.example", "application/json", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusForbidden, "invalid host"},
 		{"foreign host with port", "POST", "/", "evil.example:" + port, "application/json", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusForbidden, ""},

@@ -3,6 +3,9 @@ package gethtest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +131,80 @@ func TestReadCallsMatchDirect(t *testing.T) {
 	if o := callOutcome(t, via, calls[6]); o.Result != "0x5208" {
 		t.Errorf("eth_estimateGas transfer = %+v, want 0x5208", o)
 	}
+}
+
+// TestRawHTTPBodiesMatchDirect posts bodies no JSON-RPC library sends to
+// geth's HTTP endpoint and to muxd's, and compares what comes back: the
+// status, and the body (empty on both, or the same error code and id on
+// both).
+func TestRawHTTPBodiesMatchDirect(t *testing.T) {
+	h := newHarness(t, nil)
+	bodies := []string{
+		"",
+		" \t\r\n ",
+		"[]",
+		"[1]",
+		`{"jsonrpc":`,
+		" x",
+		`{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}`,
+		` {"jsonrpc":"2.0","id":"a","method":"eth_chainId"} `,
+		`{"jsonrpc":"2.0","method":"eth_chainId"}`,
+	}
+	for _, body := range bodies {
+		want := postRaw(t, h.node.HTTPURL, body)
+		got := postRaw(t, h.HTTPURL, body)
+		if got != want {
+			t.Errorf("body %q:\n via muxd %s\n direct   %s", body, got, want)
+		}
+	}
+}
+
+// postRaw posts body as application/json and sums up the answer: the
+// status, and "empty" or the JSON-RPC id and error code (or result) of
+// each message in it.
+func postRaw(t *testing.T, url, body string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t, 20*time.Second), http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %q: %v", body, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %q: read: %v", body, err)
+	}
+	sum := fmt.Sprintf("%d ", resp.StatusCode)
+	if len(strings.TrimSpace(string(raw))) == 0 {
+		return sum + "empty"
+	}
+	type msg struct {
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	var msgs []msg
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		var one msg
+		if err := json.Unmarshal(raw, &one); err != nil {
+			return sum + "not JSON-RPC: " + string(raw)
+		}
+		msgs, sum = []msg{one}, sum+"object"
+	} else {
+		sum += "array"
+	}
+	for _, m := range msgs {
+		if m.Error != nil {
+			sum += fmt.Sprintf(" id=%s error=%d", m.ID, m.Error.Code)
+		} else {
+			sum += fmt.Sprintf(" id=%s result=%s", m.ID, m.Result)
+		}
+	}
+	return sum
 }
