@@ -325,6 +325,7 @@ type req struct {
 	sent     stamp
 	batch    *batch
 	resolved bool
+	late     bool     // reported unanswered past its deadline (its answer is still checked)
 	subID    string   // kindUnsub: the client subscription id
 	subParam *variant // kindSub: the params subscribed with
 	keep     bool     // kindSub: held until the end of the run
@@ -335,6 +336,7 @@ type req struct {
 type group struct {
 	reqs          []*req
 	results, errs int
+	late          int // requests reported unanswered past their deadline
 }
 
 type batch struct {
@@ -342,6 +344,7 @@ type batch struct {
 	elems    []*req // id-bearing elements
 	sent     stamp
 	resolved bool
+	late     bool   // reported unanswered past its deadline (its answer is still checked)
 	idSet    string // sorted ids, to identify an all-error answer
 }
 
@@ -1129,21 +1132,23 @@ func (c *client) checkDeadlines(now stamp, all bool) {
 				n++
 			}
 		}
-		if n > g.errs {
-			c.fail("%d requests with id %s unanswered past deadline+slack (the first %s)", n-g.errs, id, age(oldest))
-			g.errs = n // report once
+		// An error answer to this id resolves one of its requests
+		// without saying which: g.errs of them are answered.
+		if missing := n - g.errs; missing > g.late {
+			c.fail("%d requests with id %s unanswered past deadline+slack (the first %s)", missing-g.late, id, age(oldest))
+			g.late = missing // report once
 		}
 	}
 	for _, r := range c.subReqs {
-		if r.batch == nil && !r.resolved && late(r.sent) {
+		if r.batch == nil && !r.resolved && !r.late && late(r.sent) {
 			c.fail("%s id %s unanswered past deadline+slack (%s)", r.method, r.id, age(r.sent))
-			r.resolved = true
+			r.late = true // report once
 		}
 	}
 	for _, b := range c.batches {
-		if !b.resolved && late(b.sent) {
+		if !b.resolved && !b.late && late(b.sent) {
 			c.fail("batch %d (%d elements with id) unanswered past deadline+slack (%s)", b.n, len(b.elems), age(b.sent))
-			b.resolved = true
+			b.late = true // report once
 		}
 	}
 }
