@@ -276,7 +276,7 @@ func TestClientFrameOtherScanError(t *testing.T) {
 
 // TestDropReasonNames checks the label of each drop reason's series.
 func TestDropReasonNames(t *testing.T) {
-	want := []string{"unknown_id", "null_id", "unknown_subscription", "malformed", "unexpected", "no_upstream", "subscribe_notification", "ignored_notification", "reason_8"}
+	want := []string{"unknown_id", "null_id", "unknown_subscription", "malformed", "unexpected", "no_upstream", "subscribe_notification", "ignored_notification", "client_gone", "reason_9"}
 	for r := DropUnknownID; r <= NumDropReasons; r++ {
 		if got := r.String(); got != want[r] {
 			t.Errorf("DropReason(%d) = %q, want %q", r, got, want[r])

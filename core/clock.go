@@ -70,6 +70,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	c.answerAll(e, expired, router.ErrorTimeout, now)
 	c.answerAll(e, gaveUp, errNoUpstream, now)
 	c.applyGap(e, c.gap.Tick(now), nil, now)
+	c.orphans.expire(now)
 	c.drained(e)
 }
 
@@ -113,7 +114,10 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 		return
 	}
 	delete(c.clients, id)
-	c.reqs.DropClient(id, func(uid uint64, _ router.Pending) { c.coal.left(uid) })
+	c.reqs.DropClient(id, func(uid uint64, p router.Pending) {
+		c.orphaned(uid, &p) // first: a coalesced call ends with its last waiter
+		c.coal.left(uid)
+	})
 	c.waiting.forget(cl.waiting, c.alive)
 	c.obs.InFlight(-cl.inflight)
 	c.owing -= cl.inflight

@@ -127,6 +127,7 @@ func (c *Core) lose(e *Effects, now time.Time, why string, keep func(id uint64, 
 		}
 	}
 	c.forgetConnection()
+	c.orphans.forget()
 	c.subs.lost()
 	c.subGauges()
 	c.gap.Disconnected()

@@ -94,9 +94,13 @@ type Core struct {
 	// the chain as the node's pushes show it; fin its finalized block.
 	coalesce map[string]bool
 	coal     coalesceTable
-	cache    answerCache
-	heads    headView
-	fin      finalizedView
+	// orphans are the calls departed clients left running at the node;
+	// reportedOrphans the count last given to the observer.
+	orphans         orphanTable
+	reportedOrphans int
+	cache           answerCache
+	heads           headView
+	fin             finalizedView
 
 	// Scratch reused from one event to the next.
 	uids []uint64
@@ -277,6 +281,10 @@ func (c *Core) settled(p *router.Pending) *client {
 // finish marks e Idle when shutting down and nothing is owed.
 func (c *Core) finish(e *Effects) {
 	e.Released, c.released = c.released, 0
+	if n := c.orphans.len(); n != c.reportedOrphans {
+		c.obs.Orphaned(n)
+		c.reportedOrphans = n
+	}
 	if c.closing && c.owing == 0 && c.waiting.live == 0 {
 		e.Idle = true
 	}
@@ -295,6 +303,7 @@ type Stats struct {
 	SubscribeWaiters int // client eth_subscribe awaiting the node's answer
 	UpstreamSubs     int // live upstream subscriptions
 	ClientSubs       int // client subscriptions
+	Orphaned         int // calls of departed clients still running at the node
 }
 
 // Stats returns a snapshot of the tables. It walks the clients.
@@ -315,5 +324,6 @@ func (c *Core) Stats() Stats {
 		s.SubscribeWaiters += sh.waiters
 	}
 	s.UpstreamSubs, s.ClientSubs = c.subs.counts()
+	s.Orphaned = c.orphans.len()
 	return s
 }

@@ -15,6 +15,7 @@ const (
 	DropNoUpstream                              // client notification while no upstream is connected
 	DropSubscribeNotification                   // client eth_subscribe/eth_unsubscribe sent without an id
 	DropIgnoredNotification                     // client notification the node would not run as muxd reads it (router.Message.Ignored)
+	DropClientGone                              // answer to a call whose client left while the node ran it
 	NumDropReasons
 )
 
@@ -36,6 +37,8 @@ func (r DropReason) String() string {
 		return "subscribe_notification"
 	case DropIgnoredNotification:
 		return "ignored_notification"
+	case DropClientGone:
+		return "client_gone"
 	}
 	return "reason_" + strconv.Itoa(int(r))
 }

@@ -122,6 +122,7 @@ type Observer interface {
 	CacheMiss(method string)                  // a cacheable request the cache did not hold
 	CacheEvicted(method string)               // an entry evicted (bound, reorg, connection lost), by method
 	CacheBytes(n int)                         // bytes the cache holds now
+	Orphaned(n int)                           // calls of departed clients still running at the node, now
 }
 
 // nopObserver counts nothing.
@@ -143,3 +144,4 @@ func (nopObserver) CacheHit(string)                {}
 func (nopObserver) CacheMiss(string)               {}
 func (nopObserver) CacheEvicted(string)            {}
 func (nopObserver) CacheBytes(int)                 {}
+func (nopObserver) Orphaned(int)                   {}

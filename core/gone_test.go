@@ -18,12 +18,55 @@ func TestClientGone(t *testing.T) {
 			{do: "c1", in: "[" + req("2", "eth_call") + "," + req("3", "eth_call") + "]",
 				want: []string{"up> [" + req("2", "eth_call") + "," + req("3", "eth_call") + "]"}},
 			{do: "c2", in: req("1", "eth_call"), want: []string{"up> " + req("4", "eth_call")}},
-			{do: "gone c1"},
-			{do: "up", in: res("1", "1"), want: []string{"drop unknown_id"}},
-			{do: "up", in: "[" + res("2", "2") + "," + res("3", "3") + "]", want: []string{"drop unknown_id", "drop unknown_id"}},
+			// Its three calls run on at the node for nobody: orphans,
+			// whose answers are counted as client_gone, not logged as
+			// a node's stray answers.
+			{do: "gone c1", counts: map[string]int{"orphaned": 3}},
+			{do: "up", in: res("1", "1"), counts: map[string]int{"orphaned": 2, "dropped client_gone": 1, "dropped unknown_id": 0}},
+			{do: "up", in: "[" + res("2", "2") + "," + res("3", "3") + "]", counts: map[string]int{"orphaned": 0, "dropped client_gone": 3}},
+			// Answered once already: a stray answer now.
+			{do: "up", in: res("1", "1"), want: []string{"drop unknown_id"}, counts: map[string]int{"dropped client_gone": 3}},
 			{do: "up", in: res("4", "4"), want: []string{"c2< " + res("1", "4")}},
 			{do: "tick", at: 10 * sec},
 			{do: "gone c1"},
+		}},
+		{name: "an_orphan_goes_at_its_deadline", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: req("1", "eth_call"), want: []string{"up> " + req("1", "eth_call")}},
+			{do: "gone c1", at: 4 * sec, counts: map[string]int{"orphaned": 1}},
+			{do: "tick", at: 9 * sec, counts: map[string]int{"orphaned": 1}},
+			{do: "tick", at: 10 * sec, counts: map[string]int{"orphaned": 0}},
+			// Later than its deadline: late, like any answer after one.
+			{do: "up", in: res("1", "1"), want: []string{"drop unknown_id"}, counts: map[string]int{"dropped client_gone": 0}},
+		}},
+		{name: "orphans_go_with_their_connection", steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: req("1", "eth_call"), want: []string{"up> " + req("1", "eth_call")}},
+			{do: "gone c1", counts: map[string]int{"orphaned": 1}},
+			{do: "lost", counts: map[string]int{"orphaned": 0}},
+		}},
+		{name: "no_orphan_from_requests_never_sent", steps: []step{
+			{do: "join"},
+			// Waiting for an upstream: skipped when one comes, never sent.
+			{do: "c1", in: req("1", "eth_call")},
+			{do: "gone c1", counts: map[string]int{"orphaned": 0}},
+			{do: "join"}, {do: "connect"},
+			// A batch past upstream_max_batch (3): its second array is
+			// sent once the first is answered, so the client leaving
+			// with the first in flight orphans those three only.
+			{do: "c2", in: "[" + req("1", "eth_call") + "," + req("2", "eth_call") + "," + req("3", "eth_call") + "," + req("4", "eth_call") + "]",
+				want: []string{"up> [" + req("2", "eth_call") + "," + req("3", "eth_call") + "," + req("4", "eth_call") + "]"}},
+			{do: "gone c2", counts: map[string]int{"orphaned": 3}},
+			{do: "up", in: "[" + res("2", "1") + "," + res("3", "1") + "," + res("4", "1") + "]", counts: map[string]int{"orphaned": 0, "dropped client_gone": 3}},
+		}},
+		{name: "a_coalesced_call_is_orphaned_with_its_last_waiter", cfg: func(c *Config) { c.CoalesceMethods = DefaultCoalesceMethods }, steps: []step{
+			{do: "join"}, {do: "join"}, {do: "connect"},
+			{do: "c1", in: req("1", "eth_blockNumber"), want: []string{"up> " + req("1", "eth_blockNumber")}},
+			{do: "c2", in: req("7", "eth_blockNumber")},
+			// The call runs on for c2.
+			{do: "gone c1", counts: map[string]int{"orphaned": 0}},
+			{do: "gone c2", counts: map[string]int{"orphaned": 1}},
+			{do: "up", in: res("1", `"0x1"`), counts: map[string]int{"orphaned": 0, "dropped client_gone": 1}},
 		}},
 		{name: "waiting_requests_of_a_gone_client_are_skipped", steps: []step{
 			{do: "join"}, {do: "join"},
@@ -128,4 +171,27 @@ func TestMemberLeavesKeyOfMany(t *testing.T) {
 		}
 	}
 	h.checkGauges()
+}
+
+// TestOrphanTableBounded: a client that connects, sends and leaves in a
+// loop cannot grow the orphan table past maxOrphans; what is past it is
+// not tracked (its answer counts as an unknown id).
+func TestOrphanTableBounded(t *testing.T) {
+	var o orphanTable
+	for uid := range uint64(maxOrphans + 10) {
+		o.add(uid+1, t0)
+	}
+	if o.len() != maxOrphans {
+		t.Fatalf("table holds %d, want %d", o.len(), maxOrphans)
+	}
+	if o.answered(maxOrphans + 5) {
+		t.Error("a call past the bound was tracked")
+	}
+	if !o.answered(1) || o.answered(1) {
+		t.Error("a tracked call is not answered exactly once")
+	}
+	o.expire(t0)
+	if o.len() != 0 {
+		t.Errorf("%d left after expiring at their deadline", o.len())
+	}
 }

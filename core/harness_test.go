@@ -80,6 +80,7 @@ func (r *recorder) CacheHit(method string)         { r.counts["cache hit "+metho
 func (r *recorder) CacheMiss(method string)        { r.counts["cache miss "+method]++ }
 func (r *recorder) CacheEvicted(method string)     { r.counts["cache evicted "+method]++ }
 func (r *recorder) CacheBytes(int)                 {}
+func (r *recorder) Orphaned(n int)                 { r.counts["orphaned"] = n } // a gauge: the last value
 
 // harness drives one Core. now only moves when a step says so; the core
 // never reads a clock.
@@ -430,6 +431,9 @@ func (h *harness) checkGauges() {
 	}
 	if want := s.InFlight + own; h.obs.inflight != want {
 		h.t.Errorf("in-flight gauge %d, want %d (clients %d + muxd's own %d)", h.obs.inflight, want, s.InFlight, own)
+	}
+	if s.Orphaned != h.obs.counts["orphaned"] {
+		h.t.Errorf("orphaned-calls gauge %d, table %d", h.obs.counts["orphaned"], s.Orphaned)
 	}
 	if s.UpstreamSubs != h.obs.upSubs || s.ClientSubs != h.obs.clientSubs {
 		h.t.Errorf("subscription gauges %d/%d, tables %d/%d", h.obs.upSubs, h.obs.clientSubs, s.UpstreamSubs, s.ClientSubs)

@@ -93,6 +93,12 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 	}
 	p, ok := c.reqs.Take(uid)
 	if !ok {
+		if c.orphans.answered(uid) {
+			// Expected whenever a client leaves with calls running:
+			// counted, not logged.
+			c.obs.Dropped(DropClientGone)
+			return
+		}
 		c.drop(e, DropUnknownID, "upstream response matches no pending request", "gen", gen, "id", uid)
 		return
 	}

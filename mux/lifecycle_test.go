@@ -459,6 +459,10 @@ func TestClientDisconnect(t *testing.T) {
 	}
 	// Its subscription is gone upstream too.
 	h.fake.Wait(t, "eth_unsubscribe", func() bool { return len(fc.LiveSubs()) == 0 && len(fc.Unsubs()) == 1 })
+	// Its 13 calls still run at the node, for nobody.
+	if v := counterValue(m.OrphanedCalls); v != 13 {
+		t.Errorf("orphaned-calls gauge = %v after the client left, want 13", v)
+	}
 
 	for _, l := range hold.Take() {
 		l.Conn.MustWrite(t, echo(l.Req))
@@ -471,8 +475,15 @@ func TestClientDisconnect(t *testing.T) {
 	if v := counterValue(m.InFlight); v != 0 {
 		t.Errorf("in-flight gauge = %v, want 0", v)
 	}
-	if n := m.DroppedCount(DropUnknownID); n != 13 {
-		t.Errorf("dropped unknown_id = %v, want 13", n)
+	// Their answers are the departed client's, not strays from the node.
+	if n := m.DroppedCount(DropClientGone); n != 13 {
+		t.Errorf("dropped client_gone = %v, want 13", n)
+	}
+	if n := m.DroppedCount(DropUnknownID); n != 0 {
+		t.Errorf("dropped unknown_id = %v, want 0", n)
+	}
+	if v := counterValue(m.OrphanedCalls); v != 0 {
+		t.Errorf("orphaned-calls gauge = %v after their answers, want 0", v)
 	}
 	other.conn.CloseNow()
 	eventually(t, "the other session to be removed", func() bool { return len(h.clientIDs()) == 0 })

@@ -24,6 +24,7 @@ const (
 	DropNoUpstream            = core.DropNoUpstream
 	DropSubscribeNotification = core.DropSubscribeNotification
 	DropIgnoredNotification   = core.DropIgnoredNotification
+	DropClientGone            = core.DropClientGone
 	numDropReasons            = core.NumDropReasons
 )
 
@@ -59,6 +60,7 @@ type Metrics struct {
 	CacheMisses        *prometheus.CounterVec // muxd_cache_misses_total{method}
 	CacheEvictions     *prometheus.CounterVec // muxd_cache_evictions_total{method}
 	CacheBytes         prometheus.Gauge       // muxd_cache_bytes
+	OrphanedCalls      prometheus.Gauge       // muxd_orphaned_calls
 	backfilled         *prometheus.CounterVec
 
 	dropped            [numDropReasons]prometheus.Counter
@@ -161,6 +163,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	m.CacheBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "muxd_cache_bytes", Help: "Bytes held by the cache of answers that cannot change.",
 	})
+	m.OrphanedCalls = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "muxd_orphaned_calls", Help: "Calls still running at the node whose client left before the answer (JSON-RPC cannot cancel a call); they go when answered, at their deadline, or with the connection.",
+	})
 	for r := DropReason(0); r < numDropReasons; r++ {
 		m.dropped[r] = m.Dropped.WithLabelValues(r.String())
 	}
@@ -178,7 +183,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			m.UpstreamConnected, m.UpstreamReconnects, m.Failovers, m.ChainMismatches, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
 			m.Pushes, m.SlowConsumers, m.PingTimeouts, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
 			m.ListenConnections, m.backfilled, m.BackfillGaps, m.BackfillDuration,
-			m.Coalesced, m.CacheHits, m.CacheMisses, m.CacheEvictions, m.CacheBytes)
+			m.Coalesced, m.CacheHits, m.CacheMisses, m.CacheEvictions, m.CacheBytes, m.OrphanedCalls)
 	}
 	return m
 }
@@ -253,6 +258,7 @@ func (o observer) CacheHit(method string)           { o.m.CacheHits.WithLabelVal
 func (o observer) CacheMiss(method string)          { o.m.CacheMisses.WithLabelValues(method).Inc() }
 func (o observer) CacheEvicted(method string)       { o.m.CacheEvictions.WithLabelValues(method).Inc() }
 func (o observer) CacheBytes(n int)                 { o.m.CacheBytes.Set(float64(n)) }
+func (o observer) Orphaned(n int)                   { o.m.OrphanedCalls.Set(float64(n)) }
 func (o observer) BackfillGap(kind, reason string) {
 	o.m.BackfillGaps.WithLabelValues(kind, reason).Inc()
 }

@@ -1,0 +1,83 @@
+package core
+
+import (
+	"time"
+
+	"github.com/muxd/muxd/router"
+)
+
+// maxOrphans bounds the orphan table: past it, a departed client's calls
+// are not recorded, and their answers are counted as unknown ids. A client
+// that connects, sends and leaves in a loop must not make muxd hold an
+// entry per call it left behind.
+const maxOrphans = 1 << 16
+
+// orphanTable remembers the calls a client left behind: sent to the
+// current upstream connection, still running at the node (JSON-RPC has no
+// way to cancel a call), and owed to nobody. Their answers are dropped as
+// DropClientGone, not mistaken for a node's stray answers (DropUnknownID),
+// and their number is a gauge: calls that load the node for no one,
+// typically from clients whose own timeout is shorter than
+// request_timeout. An entry goes when its answer comes, at the departed
+// request's deadline (an answer after it is late like any other), and
+// when the connection is lost or switched away from.
+type orphanTable struct {
+	deadline map[uint64]time.Time // by upstream id
+}
+
+// orphaned records the calls of pending request p, upstream id uid, that a
+// departed client leaves running at the node. ClientGone calls it for
+// each request it drops, before the coalescing table forgets p (a
+// coalesced call ends only with its last waiter).
+func (c *Core) orphaned(uid uint64, p *router.Pending) {
+	if p.Kind != router.KindCall || c.gen == 0 || c.drain.holds(uid, p) {
+		// Subscriptions are released on their own; nothing is sent while
+		// no connection is up; a draining connection's answers are
+		// expected to find nothing.
+		return
+	}
+	if k := c.coal.waiter[uid]; k != nil {
+		// The call runs on for its other waiters, if any; with this
+		// one gone it is nobody's.
+		if k.live == 1 {
+			c.orphans.add(k.uid, p.Deadline)
+		}
+		return
+	}
+	if p.Up != nil && !p.Up.Sent(uid) {
+		return // a later array of its batch, never sent
+	}
+	c.orphans.add(uid, p.Deadline)
+}
+
+func (t *orphanTable) add(uid uint64, deadline time.Time) {
+	if t.deadline == nil {
+		t.deadline = map[uint64]time.Time{}
+	}
+	if len(t.deadline) < maxOrphans {
+		t.deadline[uid] = deadline
+	}
+}
+
+// answered reports whether uid was an orphan's, and forgets it.
+func (t *orphanTable) answered(uid uint64) bool {
+	if _, ok := t.deadline[uid]; !ok {
+		return false
+	}
+	delete(t.deadline, uid)
+	return true
+}
+
+// expire forgets the orphans whose deadline is not after now.
+func (t *orphanTable) expire(now time.Time) {
+	for uid, d := range t.deadline {
+		if !d.After(now) {
+			delete(t.deadline, uid)
+		}
+	}
+}
+
+// forget empties the table: the connection its calls ran on is gone.
+func (t *orphanTable) forget() { clear(t.deadline) }
+
+func (t *orphanTable) len() int { return len(t.deadline) }
