@@ -103,7 +103,8 @@ func (c *Core) alive(id router.ClientID) bool {
 }
 
 // ClientGone is the event of a session ending. Its requests are forgotten
-// (answers that still come for them match nothing and are dropped), its
+// (those already sent become orphans, whose answers are dropped as
+// DropClientGone), its
 // waiting requests are left to be skipped, and its subscriptions are
 // released, unsubscribing upstream those it held last.
 func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {

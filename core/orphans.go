@@ -16,11 +16,12 @@ const maxOrphans = 1 << 16
 // current upstream connection, still running at the node (JSON-RPC has no
 // way to cancel a call), and owed to nobody. Their answers are dropped as
 // DropClientGone, not mistaken for a node's stray answers (DropUnknownID),
-// and their number is a gauge: calls that load the node for no one,
-// typically from clients whose own timeout is shorter than
-// request_timeout. An entry goes when its answer comes, at the departed
-// request's deadline (an answer after it is late like any other), and
-// when the connection is lost or switched away from.
+// and their number is a gauge: calls that load the node for no one. An
+// entry goes when its answer comes, at the departed request's deadline (an
+// answer after it is late like any other), and when the connection is
+// lost or switched away from (a draining connection's answers are not
+// counted at all). An array the node refuses whole answers under its first
+// id only: the rest of its orphans stay until their deadline.
 type orphanTable struct {
 	deadline map[uint64]time.Time // by upstream id
 }

@@ -164,7 +164,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "muxd_cache_bytes", Help: "Bytes held by the cache of answers that cannot change.",
 	})
 	m.OrphanedCalls = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "muxd_orphaned_calls", Help: "Calls still running at the node whose client left before the answer (JSON-RPC cannot cancel a call); they go when answered, at their deadline, or with the connection.",
+		Name: "muxd_orphaned_calls", Help: "Calls still running at the node whose client left before the answer (JSON-RPC cannot cancel a call); they go when answered, at their deadline, or when the connection is lost or switched away from.",
 	})
 	for r := DropReason(0); r < numDropReasons; r++ {
 		m.dropped[r] = m.Dropped.WithLabelValues(r.String())

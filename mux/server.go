@@ -238,8 +238,9 @@ func (s *Server) newClient(parent context.Context, tr transport) (*Client, error
 }
 
 // removeClient forgets a session that has ended: its pending requests are
-// dropped (answers that still come for them match nothing and are dropped)
-// and its subscriptions are released.
+// dropped (those already sent upstream become the core's orphans, whose
+// answers are dropped and counted as client_gone) and its subscriptions
+// are released.
 func (s *Server) removeClient(c *Client) {
 	c.shut(closeNormal, "")
 	s.peersMu.Lock()
