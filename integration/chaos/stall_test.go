@@ -1,32 +1,39 @@
 package chaos
 
 import (
+	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
 
-// stallMeter measures how long this test process could not run its
-// goroutines when due: a goroutine wakes every period, and a wake later
-// than period+stallThreshold adds its whole delay past period to the
-// stalled total. muxd runs in this process, so while the process is
-// starved (the machine busy with other test packages, a geth, a long
-// stop-the-world pause) muxd's deadline sweeper, its writers and the
-// clients' readers all stand still alike. TestChaos's lateness checks give
-// a request that time back: a request is late when it stays unanswered for
-// requestTimeout+slack of time the process could run. A muxd that answers
-// late while the process runs freely (a sweeper that does not fire, a
-// writer held by another client) is still caught, because the meter's own
-// goroutine keeps waking on time then.
+// stallMeter measures how long this test process was starved: ready to
+// run but given no CPU. muxd runs in this process, so while the process is
+// starved (the machine busy with other test packages, a geth) muxd's
+// deadline sweeper, its writers and the clients' readers all stand still
+// alike. TestChaos's lateness checks give a request that time back: a
+// request is late when it stays unanswered for requestTimeout+slack of
+// time the process could run.
 //
-// Jitter below stallThreshold is not counted, so a run on a quiet machine
-// measures zero and the check is exactly requestTimeout+slack.
+// A goroutine wakes every period. A wake later than period+stallThreshold
+// is credited its delay past period in the proportion the process did
+// not get the CPUs it may use (GOMAXPROCS) since the last wake, from its
+// CPU time (getrusage): a process kept busy by its own goroutines, muxd
+// and the 200 clients, is late by its own doing and gets nothing back; a
+// process that got no CPU at all gets the whole delay. So a muxd that
+// answers late while the process has its CPUs (a sweeper that does not
+// fire, a writer held by another client, or muxd grown costly enough to
+// saturate them) is still caught. Jitter below stallThreshold is never
+// counted.
 type stallMeter struct {
 	period time.Duration
+	procs  int // CPUs the process may use at once
 
 	mu      sync.Mutex
 	last    time.Time     // the meter's last wake
-	stalled time.Duration // total delay of late wakes past period
+	lastCPU time.Duration // the process's CPU time then
+	stalled time.Duration // credited so far
 }
 
 // stallThreshold is how much later than due a wake must be to count. A
@@ -35,7 +42,7 @@ const stallThreshold = 50 * time.Millisecond
 
 // startStallMeter runs a meter until the test ends.
 func startStallMeter(t *testing.T, period time.Duration) *stallMeter {
-	m := &stallMeter{period: period, last: time.Now()}
+	m := &stallMeter{period: period, procs: min(runtime.GOMAXPROCS(0), runtime.NumCPU()), last: time.Now(), lastCPU: processCPU(t)}
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	t.Cleanup(func() { close(done); <-stopped })
@@ -50,27 +57,47 @@ func startStallMeter(t *testing.T, period time.Duration) *stallMeter {
 			case <-tick.C:
 				// Not the tick's time, which is when it was due: when
 				// this goroutine got to run.
-				m.observe(time.Now())
+				m.observe(time.Now(), processCPU(nil))
 			}
 		}
 	}()
 	return m
 }
 
-// observe records a wake of the meter at now.
-func (m *stallMeter) observe(now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.stalled += m.overdue(now)
-	m.last = now
+// processCPU is the process's user and system CPU time so far. It fails t
+// when getrusage does (nil t: it reports 0, which credits nothing more).
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		if t != nil {
+			t.Fatalf("getrusage: %v", err)
+		}
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// overdue is how much of now-last counts as stalled. m.mu is held.
-func (m *stallMeter) overdue(now time.Time) time.Duration {
-	if late := now.Sub(m.last) - m.period; late > stallThreshold {
-		return late
+// observe records a wake of the meter at now, with the process's CPU time
+// cpu.
+func (m *stallMeter) observe(now time.Time, cpu time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stalled += m.overdue(now, cpu)
+	m.last, m.lastCPU = now, cpu
+}
+
+// overdue is what a wake at now, with CPU time cpu, credits. m.mu is held.
+func (m *stallMeter) overdue(now time.Time, cpu time.Duration) time.Duration {
+	elapsed := now.Sub(m.last)
+	late := elapsed - m.period
+	if late <= stallThreshold {
+		return 0
 	}
-	return 0
+	could := elapsed * time.Duration(m.procs)
+	used := max(0, min(cpu-m.lastCPU, could))
+	// late × (could-used)/could, in floating point: could may be
+	// seconds × procs in nanoseconds, and late as much again.
+	return time.Duration(float64(late) * float64(could-used) / float64(could))
 }
 
 // stamp is a moment with the stalled total at it.
@@ -83,10 +110,10 @@ type stamp struct {
 // meter not yet awake again) as well, so a checker that wakes after a
 // stall before the meter does sees it.
 func (m *stallMeter) now() stamp {
-	now := time.Now()
+	now, cpu := time.Now(), processCPU(nil)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return stamp{at: now, stalled: m.stalled + m.overdue(now)}
+	return stamp{at: now, stalled: m.stalled + m.overdue(now, cpu)}
 }
 
 // ran is the time from s to now that the process could run.
@@ -94,25 +121,28 @@ func (now stamp) ran(s stamp) time.Duration {
 	return now.at.Sub(s.at) - (now.stalled - s.stalled)
 }
 
-func TestStallMeterCountsOnlyLateWakes(t *testing.T) {
+func TestStallMeterCreditsStarvedTime(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	ms := time.Millisecond
+	type wake struct{ at, cpu time.Duration } // offsets from t0; the process's CPU time
 	for _, tc := range []struct {
 		name  string
-		wakes []time.Duration // offsets from t0 of the meter's wakes
+		wakes []wake
 		want  time.Duration
 	}{
-		{"on time", []time.Duration{10 * ms, 20 * ms, 30 * ms}, 0},
-		{"jitter under the threshold", []time.Duration{12 * ms, 29 * ms, 80 * ms}, 0},
-		{"one stall", []time.Duration{10 * ms, 1510 * ms, 1520 * ms}, 1490 * ms},
-		{"two stalls", []time.Duration{300 * ms, 310 * ms, 1000 * ms}, 290*ms + 680*ms},
+		{"on time", []wake{{10 * ms, 20 * ms}, {20 * ms, 40 * ms}, {30 * ms, 60 * ms}}, 0},
+		{"jitter under the threshold, no CPU", []wake{{12 * ms, 0}, {29 * ms, 0}, {80 * ms, 0}}, 0},
+		{"starved: no CPU while late", []wake{{10 * ms, 20 * ms}, {1510 * ms, 20 * ms}}, 1490 * ms},
+		{"busy with its own work: both CPUs used", []wake{{10 * ms, 20 * ms}, {1510 * ms, 3020 * ms}}, 0},
+		{"half starved: one CPU of two", []wake{{1000 * ms, 1000 * ms}}, 495 * ms},
+		{"two stalls, starved", []wake{{300 * ms, 0}, {310 * ms, 0}, {1000 * ms, 0}}, 290*ms + 680*ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &stallMeter{period: 10 * ms, last: t0}
+			m := &stallMeter{period: 10 * ms, procs: 2, last: t0}
 			for _, w := range tc.wakes {
-				m.observe(t0.Add(w))
+				m.observe(t0.Add(w.at), w.cpu)
 			}
-			if m.stalled != tc.want {
+			if d := m.stalled - tc.want; d < -time.Microsecond || d > time.Microsecond {
 				t.Errorf("stalled %v, want %v", m.stalled, tc.want)
 			}
 		})
