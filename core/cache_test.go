@@ -260,3 +260,25 @@ func TestCoalesceNewHead(t *testing.T) {
 		t.Errorf("a request after a new head joined the call before it")
 	}
 }
+
+// TestCacheLearnsFromOrphans: the answer to a call whose client left
+// while the node ran it still fills the cache, so the node's work serves
+// the next client that asks.
+func TestCacheLearnsFromOrphans(t *testing.T) {
+	r := newCoalRig(t, nil)
+	r.connect()
+	gone, next := r.join(), r.join()
+	o := r.send(gone, request(`1`, "eth_chainId", `[]`))
+	if len(o.up) != 1 {
+		t.Fatalf("%d upstream frames, want 1", len(o.up))
+	}
+	r.gone(gone)
+	r.upstream(reply(t, o.up[0], `"0x1"`))
+	o = r.send(next, request(`"n"`, "eth_chainId", `[]`))
+	if len(o.up) != 0 {
+		t.Fatalf("asked the node again: %q", o.up)
+	}
+	if got := o.to[next]; len(got) != 1 || got[0] != `{"jsonrpc":"2.0","id":"n","result":"0x1"}` {
+		t.Errorf("next client got %q, want the cached answer under its own id", got)
+	}
+}

@@ -179,15 +179,17 @@ func TestMemberLeavesKeyOfMany(t *testing.T) {
 func TestOrphanTableBounded(t *testing.T) {
 	var o orphanTable
 	for uid := range uint64(maxOrphans + 10) {
-		o.add(uid+1, t0)
+		o.add(uid+1, orphan{deadline: t0})
 	}
 	if o.len() != maxOrphans {
 		t.Fatalf("table holds %d, want %d", o.len(), maxOrphans)
 	}
-	if o.answered(maxOrphans + 5) {
+	if _, ok := o.answered(maxOrphans + 5); ok {
 		t.Error("a call past the bound was tracked")
 	}
-	if !o.answered(1) || o.answered(1) {
+	_, first := o.answered(1)
+	_, again := o.answered(1)
+	if !first || again {
 		t.Error("a tracked call is not answered exactly once")
 	}
 	o.expire(t0)

@@ -23,7 +23,13 @@ const maxOrphans = 1 << 16
 // counted at all). An array the node refuses whole answers under its first
 // id only: the rest of its orphans stay until their deadline.
 type orphanTable struct {
-	deadline map[uint64]time.Time // by upstream id
+	calls map[uint64]orphan // by upstream id
+}
+
+// orphan is a call a departed client left running.
+type orphan struct {
+	deadline    time.Time // the departed request's
+	method, key string    // for the cache: its answer may still serve others
 }
 
 // orphaned records the calls of pending request p, upstream id uid, that a
@@ -41,44 +47,44 @@ func (c *Core) orphaned(uid uint64, p *router.Pending) {
 		// The call runs on for its other waiters, if any; with this
 		// one gone it is nobody's.
 		if k.live == 1 {
-			c.orphans.add(k.uid, p.Deadline)
+			c.orphans.add(k.uid, orphan{p.Deadline, k.method, k.key})
 		}
 		return
 	}
 	if p.Up != nil && !p.Up.Sent(uid) {
 		return // a later array of its batch, never sent
 	}
-	c.orphans.add(uid, p.Deadline)
+	c.orphans.add(uid, orphan{p.Deadline, p.Method, p.Key})
 }
 
-func (t *orphanTable) add(uid uint64, deadline time.Time) {
-	if t.deadline == nil {
-		t.deadline = map[uint64]time.Time{}
+func (t *orphanTable) add(uid uint64, o orphan) {
+	if t.calls == nil {
+		t.calls = map[uint64]orphan{}
 	}
-	if len(t.deadline) < maxOrphans {
-		t.deadline[uid] = deadline
+	if len(t.calls) < maxOrphans {
+		t.calls[uid] = o
 	}
 }
 
-// answered reports whether uid was an orphan's, and forgets it.
-func (t *orphanTable) answered(uid uint64) bool {
-	if _, ok := t.deadline[uid]; !ok {
-		return false
+// answered returns the orphan uid was the call of, and forgets it.
+func (t *orphanTable) answered(uid uint64) (orphan, bool) {
+	o, ok := t.calls[uid]
+	if ok {
+		delete(t.calls, uid)
 	}
-	delete(t.deadline, uid)
-	return true
+	return o, ok
 }
 
 // expire forgets the orphans whose deadline is not after now.
 func (t *orphanTable) expire(now time.Time) {
-	for uid, d := range t.deadline {
-		if !d.After(now) {
-			delete(t.deadline, uid)
+	for uid, o := range t.calls {
+		if !o.deadline.After(now) {
+			delete(t.calls, uid)
 		}
 	}
 }
 
 // forget empties the table: the connection its calls ran on is gone.
-func (t *orphanTable) forget() { clear(t.deadline) }
+func (t *orphanTable) forget() { clear(t.calls) }
 
-func (t *orphanTable) len() int { return len(t.deadline) }
+func (t *orphanTable) len() int { return len(t.calls) }

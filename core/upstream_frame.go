@@ -93,9 +93,11 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 	}
 	p, ok := c.reqs.Take(uid)
 	if !ok {
-		if c.orphans.answered(uid) {
+		if o, ok := c.orphans.answered(uid); ok {
 			// Expected whenever a client leaves with calls running:
-			// counted, not logged.
+			// counted, not logged. The node's work may still serve
+			// others from the cache.
+			c.keep(o.method, o.key, frame, m)
 			c.obs.Dropped(DropClientGone)
 			return
 		}
