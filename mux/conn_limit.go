@@ -33,7 +33,7 @@ type connLimiter struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]*connEntry // every open connection, by its wrapper
-	// closing is set, under mu, once shutdown has begun; readDeadline
+	// closing is set, under mu, once shutdown has begun; setBodyDeadline
 	// reads it on every HTTP request without taking mu.
 	closing atomic.Bool
 }
@@ -151,14 +151,19 @@ func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
 	e.hijacked = state == http.StateHijacked
 }
 
-// readDeadline is the read deadline for a request body starting now: d
-// from now, or now once shutdown has begun.
-func (l *connLimiter) readDeadline(d time.Duration) time.Time {
-	now := time.Now()
-	if l.closing.Load() {
-		return now
+// setBodyDeadline sets the read deadline of a request body starting now:
+// d from now, or now once shutdown has begun. The flag is read again after
+// setting: a shutdown that began meanwhile may have cut the connection
+// (deadline now) before the later deadline overwrote it, so it is cut
+// again. Either shutdown's cut or this check comes last, and both say now.
+func (l *connLimiter) setBodyDeadline(rc *http.ResponseController, d time.Duration) {
+	if !l.closing.Load() {
+		rc.SetReadDeadline(time.Now().Add(d))
+		if !l.closing.Load() {
+			return
+		}
 	}
-	return now.Add(d)
+	rc.SetReadDeadline(time.Now())
 }
 
 // shutdown refuses new connections from now on and cuts the reads of those

@@ -56,13 +56,7 @@ func (s *Server) NewHTTPServer() *HTTPServer {
 func (h *HTTPServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !isUpgrade(r) {
 		rc := http.NewResponseController(w)
-		rc.SetReadDeadline(h.conns.readDeadline(h.srv.cfg.HTTPReadTimeout))
-		if h.conns.closing.Load() {
-			// Shutdown began while the deadline was being set: its cut
-			// (now) may have come first and been overwritten. Checked
-			// after setting, so one of the two always wins with now.
-			rc.SetReadDeadline(time.Now())
-		}
+		h.conns.setBodyDeadline(rc, h.srv.cfg.HTTPReadTimeout)
 		// A body announced past the limit is refused unread, and its
 		// connection closed: left as net/http's own body, net/http sees
 		// that much left unread, answers at once and waits for the client

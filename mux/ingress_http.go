@@ -79,7 +79,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if len(bytes.Trim(body, jsonSpace)) == 0 {
+	if len(bytes.TrimLeft(body, jsonSpace)) == 0 {
 		// Nothing to read: geth reads no request and answers an empty
 		// 200 (its decoder sees the end of the body), not a parse error.
 		w.Header().Set("Content-Type", "application/json")

@@ -60,30 +60,13 @@ func TestCoalescingConnStopsAskingAfterRefusal(t *testing.T) {
 // On Linux a TCP socket takes TCP_QUICKACK; a connection that is not a
 // TCP socket gets no acker.
 func TestQuickAckerOnRealSockets(t *testing.T) {
-	if quickAcker(pipeConn(t)) != nil {
+	pa, pb := net.Pipe()
+	t.Cleanup(func() { pa.Close(); pb.Close() })
+	if quickAcker(pa) != nil {
 		t.Error("an in-memory pipe got an acker")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-		close(accepted)
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if peer, ok := <-accepted; ok {
-		t.Cleanup(func() { peer.Close() })
-	}
+	c, peer := tcpPair(t)
+	t.Cleanup(func() { c.Close(); peer.Close() })
 	ack := quickAcker(c)
 	if runtime.GOOS != "linux" {
 		if ack != nil {
@@ -104,10 +87,4 @@ func TestQuickAckerOnRealSockets(t *testing.T) {
 	if ack() == nil {
 		t.Error("asking on a closed socket succeeded")
 	}
-}
-
-func pipeConn(t *testing.T) net.Conn {
-	a, b := net.Pipe()
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a
 }
