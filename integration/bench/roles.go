@@ -52,7 +52,7 @@ func childMain(args []string) int {
 	// <role>-<pid>.cpu, and its allocations since start as
 	// <role>-<pid>.allocs (stop() ends children with SIGTERM first, so they
 	// are flushed).
-	if dir := os.Getenv("MUXD_BENCH_PROFILE_DIR"); dir != "" && *role != "upstream" {
+	if dir := os.Getenv("MUXD_BENCH_PROFILE_DIR"); dir != "" {
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.cpu", *role, os.Getpid())))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench %s: %v\n", *role, err)
