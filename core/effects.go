@@ -86,6 +86,10 @@ type Delivery struct {
 	Shared   bool
 	Lendable bool
 	Off      int
+	// Push says Msg is a subscription push, which the client did not ask
+	// for one by one, rather than an answer to one of its requests: the
+	// shell bounds what it queues of those more tightly.
+	Push bool
 	// Arena, when set, is the buffer Msg lies in, no longer the core's:
 	// the shell may reuse it (Config.Arenas) once Msg is written, and
 	// must not before.

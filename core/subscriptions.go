@@ -167,7 +167,7 @@ func (c *Core) answerSubscribe(e *Effects, cl *client, p *router.Pending, mem *m
 func (c *Core) activate(e *Effects, mem *member) {
 	held := c.subs.ready(mem)
 	for _, msg := range held {
-		e.deliver(mem.cl, Delivery{Msg: msg})
+		e.deliver(mem.cl, Delivery{Msg: msg, Push: true})
 	}
 	c.obs.Pushed(len(held))
 }
@@ -296,7 +296,7 @@ func (c *Core) fanout(e *Effects, sh *shared, p sharedPush) {
 			mem.heldBytes += size
 			continue
 		}
-		e.deliver(mem.cl, Delivery{Msg: p.msg, At: p.at, ID: mem.idb, Shared: true, Borrowed: p.borrowed, Off: p.off})
+		e.deliver(mem.cl, Delivery{Msg: p.msg, At: p.at, ID: mem.idb, Shared: true, Borrowed: p.borrowed, Off: p.off, Push: true})
 		n++
 	}
 	c.obs.Pushed(n)

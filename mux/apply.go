@@ -75,7 +75,7 @@ func (s *Server) deliver(ds []core.Delivery, buf []byte) (lent bool) {
 		if c == nil {
 			continue
 		}
-		m := outMsg{msg: d.Msg, arena: d.Arena}
+		m := outMsg{msg: d.Msg, arena: d.Arena, push: d.Push}
 		switch {
 		case d.ID == nil:
 			if d.Borrowed {

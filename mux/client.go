@@ -47,6 +47,10 @@ type Client struct {
 	// bytes is alive (clientKeepalive).
 	writeStarted atomic.Int64
 	writes       atomic.Uint64
+	// stallWatch: a watchStall check is pending (the queue went past its
+	// bound). Set by the goroutine that pushed past it, cleared by the
+	// check.
+	stallWatch atomic.Bool
 
 	finishMu     sync.Mutex
 	finishing    bool
@@ -67,14 +71,44 @@ func (c *Client) ID() router.ClientID { return c.id }
 // queue overflows is a slow consumer: it is disconnected (close 1008)
 // rather than allowed to make anyone wait or to lose a message silently.
 func (c *Client) send(seq uint64, m outMsg) {
-	if !c.out.push(seq, m) {
+	ok, over := c.out.push(seq, m)
+	if !ok {
 		c.srv.release(&m)
 		c.slowConsumer()
 		return
 	}
 	if c.autoWrite {
 		c.kickWriter()
+		if over && c.stallWatch.CompareAndSwap(false, true) {
+			c.watchStall()
+		}
 	}
+}
+
+// watchStall checks, SlowConsumerTimeout from now, that a client whose
+// queue is past its bound has taken something meanwhile: a write to it
+// finished. One that has not is a slow consumer, cut as a node cuts a
+// client it cannot write to (geth allows a write 10 s). The check repeats
+// while the queue stays past the bound, and stops once it is back within
+// it. Called with stallWatch set; at most one check is pending.
+func (c *Client) watchStall() {
+	written := c.writes.Load()
+	time.AfterFunc(c.srv.cfg.SlowConsumerTimeout, func() {
+		switch {
+		case c.ctx.Err() != nil:
+		case !c.out.over():
+			c.stallWatch.Store(false)
+			// A send that went past the bound just before the Store saw
+			// the watch on and left it to this one.
+			if c.out.over() && c.stallWatch.CompareAndSwap(false, true) {
+				c.watchStall()
+			}
+		case c.writes.Load() == written:
+			c.slowConsumer()
+		default:
+			c.watchStall()
+		}
+	})
 }
 
 // slowConsumer disconnects a client whose queue bound was hit, once.
@@ -198,7 +232,7 @@ func (c *Client) writeLoop() {
 			}
 			continue
 		}
-		msgs, n := w.messages(batch)
+		msgs, n, pushes := w.messages(batch)
 		c.writeStarted.Store(time.Now().UnixNano())
 		err := c.tr.write(c.ctx, msgs)
 		c.writeStarted.Store(0)
@@ -207,7 +241,7 @@ func (c *Client) writeLoop() {
 			return
 		}
 		c.writes.Add(1)
-		c.out.done(n)
+		c.out.done(n, pushes)
 		w.written(batch, c.srv)
 		clear(batch)
 	}
@@ -232,8 +266,9 @@ type messageWriter struct {
 }
 
 // messages returns the messages of batch as the client gets them, valid
-// until the next call, and their total size.
-func (w *messageWriter) messages(batch []outMsg) ([][]byte, int) {
+// until the next call, their total size, and the size of the pushes among
+// them.
+func (w *messageWriter) messages(batch []outMsg) (msgs [][]byte, n, pushes int) {
 	spliced := 0
 	for i := range batch {
 		if m := &batch[i]; m.id != nil {
@@ -251,7 +286,7 @@ func (w *messageWriter) messages(batch []outMsg) ([][]byte, int) {
 		}
 	}
 	w.msgs = w.msgs[:0]
-	n, start, k := 0, 0, 0
+	start, k := 0, 0
 	for i := range batch {
 		m := &batch[i]
 		if m.id == nil {
@@ -262,8 +297,11 @@ func (w *messageWriter) messages(batch []outMsg) ([][]byte, int) {
 			k++
 		}
 		n += m.size()
+		if m.push {
+			pushes += m.size()
+		}
 	}
-	return w.msgs, n
+	return w.msgs, n, pushes
 }
 
 // written lets go of what batch held once it is written: lent frame

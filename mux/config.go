@@ -18,19 +18,25 @@ const (
 	DefaultMaxInFlight        = 5000
 	DefaultMaxMessageBytes    = 32 << 20 // geth's WebSocket read limit
 	DefaultOutboundQueueBytes = 32 << 20
-	DefaultMaxSubscriptions   = 1000
-	DefaultMaxWaiting         = 100000
-	DefaultMaxClients         = 10000
-	DefaultMaxHeldBytes       = 64 << 20
-	DefaultMaxHeldBytesTotal  = 1 << 30
-	DefaultUpstreamMaxBatch   = 1000
-	DefaultUpstreamWait       = 5 * time.Second
-	DefaultBackfillBlocks     = 128
-	DefaultCacheBytes         = 64 << 20
-	DefaultMaxHeadLag         = 2
-	DefaultHeadTimeout        = 60 * time.Second
-	DefaultFailbackAfter      = 30 * time.Second
-	DefaultClientPingInterval = 30 * time.Second
+	// DefaultOutboundQueueBytesTotal bounds what all clients' queues hold
+	// past DefaultOutboundQueueBytes together.
+	DefaultOutboundQueueBytesTotal = 1 << 30
+	DefaultMaxSubscriptions        = 1000
+	DefaultMaxWaiting              = 100000
+	DefaultMaxClients              = 10000
+	DefaultMaxHeldBytes            = 64 << 20
+	DefaultMaxHeldBytesTotal       = 1 << 30
+	DefaultUpstreamMaxBatch        = 1000
+	DefaultUpstreamWait            = 5 * time.Second
+	DefaultBackfillBlocks          = 128
+	DefaultCacheBytes              = 64 << 20
+	DefaultMaxHeadLag              = 2
+	DefaultHeadTimeout             = 60 * time.Second
+	DefaultFailbackAfter           = 30 * time.Second
+	DefaultClientPingInterval      = 30 * time.Second
+	// DefaultSlowConsumerTimeout is geth's own write timeout (rpc,
+	// defaultWriteTimeout): how long it lets a write to a client take.
+	DefaultSlowConsumerTimeout = 10 * time.Second
 )
 
 // DefaultRetryMethods and DefaultDenyMethods are the routing core's (see
@@ -113,11 +119,23 @@ type Config struct {
 	UpstreamMaxBatch int
 
 	// Per-client limits.
-	MaxBatch           int   // elements in one batch
-	MaxInFlight        int   // requests in flight
-	MaxMessageBytes    int64 // one client message
-	OutboundQueueBytes int   // bytes queued for a client before it is a slow consumer
-	MaxSubscriptions   int   // live subscriptions
+	MaxBatch        int   // elements in one batch
+	MaxInFlight     int   // requests in flight
+	MaxMessageBytes int64 // one client message
+	// OutboundQueueBytes bounds a client's outbound queue: a push past it
+	// makes the client a slow consumer; answers to its own requests may
+	// pass it, within OutboundQueueBytesTotal and SlowConsumerTimeout (see
+	// outbox).
+	OutboundQueueBytes int
+	// OutboundQueueBytesTotal bounds what all clients' queues hold past
+	// OutboundQueueBytes together: a client whose answer would take them
+	// past it is a slow consumer.
+	OutboundQueueBytesTotal int
+	// SlowConsumerTimeout is how long a client whose queue is past
+	// OutboundQueueBytes may take no write before it is a slow consumer
+	// (0: DefaultSlowConsumerTimeout).
+	SlowConsumerTimeout time.Duration
+	MaxSubscriptions    int // live subscriptions
 	// MaxHeldBytes bounds the bytes of one client's requests that muxd
 	// holds, in flight upstream or waiting for an upstream; past it a
 	// request gets -32005. A client holding nothing may always send one.
@@ -223,8 +241,14 @@ func (c Config) withDefaults() Config {
 	if c.ClientPingInterval == 0 {
 		c.ClientPingInterval = DefaultClientPingInterval
 	}
+	if c.SlowConsumerTimeout <= 0 {
+		c.SlowConsumerTimeout = DefaultSlowConsumerTimeout
+	}
 	if c.OutboundQueueBytes <= 0 {
 		c.OutboundQueueBytes = DefaultOutboundQueueBytes
+	}
+	if c.OutboundQueueBytesTotal <= 0 {
+		c.OutboundQueueBytesTotal = DefaultOutboundQueueBytesTotal
 	}
 	if c.UpstreamMaxBatch <= 0 {
 		c.UpstreamMaxBatch = DefaultUpstreamMaxBatch

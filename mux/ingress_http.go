@@ -112,7 +112,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if batch := c.out.take(nil); len(batch) > 0 {
 			var mw messageWriter
-			msgs, _ := mw.messages(batch)
+			msgs, _, _ := mw.messages(batch)
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(msgs[0])
 			// A large answer lies in a frame buffer the upstream

@@ -243,13 +243,15 @@ func TestLargeAnswerPastReadLimit(t *testing.T) {
 }
 
 // TestSlowClientLargeAnswer: a client that does not read its 32 MB answer
-// holds up nobody (others get theirs meanwhile), and is cut when a second
-// one would take its queue past the bound.
+// holds up nobody (others get theirs meanwhile), and is cut once a second
+// one has taken its queue past the bound and it has taken nothing for
+// slow_consumer_timeout.
 func TestSlowClientLargeAnswer(t *testing.T) {
 	t.Parallel()
 	const answer = 32e6
 	h, _ := newLargeHarness(t, 64, func(c *Config) {
 		c.OutboundQueueBytes = 40 << 20
+		c.SlowConsumerTimeout = 500 * time.Millisecond
 		// Not a test of deadlines: on a loaded machine a 32 MB answer
 		// may take longer than the harness's 10 s, and the second call
 		// would then time out instead of being queued.

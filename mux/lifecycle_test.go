@@ -377,12 +377,16 @@ func (h *harness) dialSlow(t *testing.T) *websocket.Conn {
 }
 
 // TestSlowConsumer: a client that does not read is disconnected once its
-// queue overflows, and nobody else waits for it.
+// queue is past its bound and it has taken nothing for
+// slow_consumer_timeout, and nobody else waits for it.
 func TestSlowConsumer(t *testing.T) {
 	t.Parallel()
 	const queue = 64 << 10
 	big := `"` + strings.Repeat("b", 32<<10) + `"`
-	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.OutboundQueueBytes = queue }})
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) {
+		c.OutboundQueueBytes = queue
+		c.SlowConsumerTimeout = 100 * time.Millisecond
+	}})
 	h.fake.SetHandler(func(fc *fakeConn, r fakeReq) {
 		if r.Method == "eth_big" {
 			fc.Send(resultFrame(r.ID, big))
@@ -422,6 +426,91 @@ func TestSlowConsumer(t *testing.T) {
 	}
 	if v := counterValue(m.SlowConsumers); v != 1 {
 		t.Errorf("slow consumers = %v, want 1", v)
+	}
+}
+
+// TestPipelinedAnswersSlowReader: a client that pipelines calls whose
+// answers add up to far more than its queue's bound, and reads them only
+// later, gets every answer, whole, in order and under its own id, as from a
+// node: answers to its own calls may pass the bound, as far as the budget
+// all clients share for that allows. Past the budget it is cut as a slow
+// consumer. Others are served meanwhile either way.
+func TestPipelinedAnswersSlowReader(t *testing.T) {
+	t.Parallel()
+	const (
+		queue  = 64 << 10
+		answer = 64 << 10
+		calls  = 256 // 16 MiB of answers, past what the sockets' buffers hold
+	)
+	tests := []struct {
+		name   string
+		budget int // OutboundQueueBytesTotal; 0: the default
+		cut    bool
+	}{
+		{"within the shared budget", 0, false},
+		{"past the shared budget", 1 << 20, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			big := `"` + strings.Repeat("b", answer) + `"`
+			h := newHarness(t, harnessOpts{cfg: func(c *Config) {
+				c.OutboundQueueBytes = queue
+				c.OutboundQueueBytesTotal = tt.budget
+				c.SlowConsumerTimeout = testTimeout // not a test of stalls
+			}})
+			h.fake.SetHandler(func(fc *fakeConn, r fakeReq) {
+				if r.Method == "eth_big" {
+					fc.Send(resultFrame(r.ID, big))
+					return
+				}
+				fc.Answer(r)
+			})
+			m := h.srv.Metrics()
+			pipe := h.dial(t)
+			good := h.dial(t)
+			good.barrier()
+			// over reports whether a client's queue is past its bound.
+			over := func() bool {
+				h.srv.peersMu.RLock()
+				defer h.srv.peersMu.RUnlock()
+				for _, c := range h.srv.peers {
+					if c.out.over() {
+						return true
+					}
+				}
+				return false
+			}
+			for i := range calls {
+				pipe.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_big"}`, i))
+			}
+			if tt.cut {
+				eventually(t, "the client to be cut", func() bool { return counterValue(m.SlowConsumers) == 1 })
+				good.barrier()
+				if n, err := readUntilClosed(pipe.conn); err != nil || n >= calls {
+					t.Fatalf("read %d answers (%v); want fewer than %d, then the close", n, err, calls)
+				}
+				return
+			}
+			eventually(t, "the client's queue to pass its bound", over)
+			good.barrier()
+			for i := range calls {
+				b, err := readFrame(pipe.conn)
+				if err != nil {
+					t.Fatalf("answer %d: %v", i, err)
+				}
+				if want := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":%s}`, i, big); string(b) != want {
+					t.Fatalf("answer %d: %d bytes %.40q..., want %d bytes under id %d", i, len(b), b, len(want), i)
+				}
+			}
+			good.barrier()
+			if v := counterValue(m.SlowConsumers); v != 0 {
+				t.Errorf("slow consumers = %v, want 0", v)
+			}
+			if got := h.srv.queued.used.Load(); got != 0 {
+				t.Errorf("shared budget holds %d bytes with every answer read", got)
+			}
+		})
 	}
 }
 

@@ -115,7 +115,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "muxd_pushes_delivered_total", Help: "eth_subscription notifications queued for clients.",
 		}),
 		SlowConsumers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "muxd_slow_consumer_disconnects_total", Help: "Clients disconnected because their outbound queue overflowed.",
+			Name: "muxd_slow_consumer_disconnects_total", Help: "Clients disconnected as slow consumers: a push past outbound_queue_bytes, an answer past outbound_queue_bytes_total, or nothing taken for slow_consumer_timeout while past outbound_queue_bytes.",
 		}),
 		PingTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "muxd_client_ping_timeouts_total", Help: "WebSocket clients closed for answering no ping (client_ping_interval).",

@@ -2,6 +2,7 @@ package mux
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/muxd/muxd/router"
 )
@@ -19,6 +20,7 @@ type outMsg struct {
 	id    []byte
 	lent  []byte
 	arena []byte
+	push  bool // a subscription push, not an answer (core.Delivery.Push)
 }
 
 // release gives back to s's pools the buffers m borrowed (a lent upstream
@@ -59,11 +61,24 @@ func (m *outMsg) appendTo(dst []byte) []byte {
 // events on different goroutines, after the lock around the core is
 // released, and one that comes early waits (parked) for those before it.
 //
-// The bound is in bytes queued or being written. The first message is
-// always accepted whatever its size, so a single large response (a block
-// trace) cannot by itself make a client a slow consumer; after that, a push
-// that would take the queue past the bound fails and the client is to be
-// disconnected. Nothing is ever dropped silently. A parked message is not
+// The bound (limit) is in bytes queued or being written, and it is kept
+// apart for what the client asked for and what it did not:
+//
+//   - Answers to its own requests may take the queue past limit, as far
+//     as the budget shared by all clients for what their queues hold past
+//     their own bound allows (queueBudget): a client that pipelines large
+//     calls and reads their answers more slowly than the node sends them
+//     gets them all, as from a node, which writes to a slow client as it
+//     reads. A client past limit that takes nothing is cut by
+//     Client.watchStall, as a node cuts a client it cannot write to.
+//   - Subscription pushes: a push that would take the pushes queued past
+//     limit fails, and the client is to be disconnected: it is not the
+//     client's pace that sets theirs. (A push behind answers past limit
+//     also needs room in the shared budget.)
+//
+// The first message is always accepted whatever its size, so a single
+// large response (a block trace) cannot by itself make a client a slow
+// consumer. Nothing is ever dropped silently. A parked message is not
 // checked against the bound: which goroutine applied its effects first is
 // not the client's doing. It is queued with those before it once they
 // come, and counts from then on. (Parking is brief: a message waits only
@@ -75,23 +90,51 @@ type outbox struct {
 	parked map[uint64]outMsg // came before their turn
 	next   uint64            // the Seq of the next message to queue
 	bytes  int               // queued or being written
+	pushes int               // of bytes, those of pushes
 	held   int               // parked
 	limit  int
+	budget *queueBudget
+	excess int // bytes past limit, charged to budget
 	closed bool
 	wake   chan struct{} // cap 1: something was queued
 }
 
-func newOutbox(limit int) *outbox {
-	return &outbox{limit: limit, next: 1, wake: make(chan struct{}, 1)}
+// queueBudget bounds what all clients' queues hold past their own bound
+// together (outbound_queue_bytes_total): a client that pipelines large
+// calls may be slow to read them, but not so many that muxd's memory is at
+// risk. Safe for concurrent use.
+type queueBudget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// take charges n bytes, or reports false (charging nothing) when that
+// would pass the budget.
+func (b *queueBudget) take(n int) bool {
+	if b.used.Add(int64(n)) > b.max {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+// give returns n bytes (n may be negative: more charged, unchecked).
+func (b *queueBudget) give(n int) { b.used.Add(-int64(n)) }
+
+func newOutbox(limit int, budget *queueBudget) *outbox {
+	return &outbox{limit: limit, budget: budget, next: 1, wake: make(chan struct{}, 1)}
 }
 
 // push queues m, the client's seq'th message. It reports false when the
-// queue is closed or over its bound; the queue is then closed.
-func (q *outbox) push(seq uint64, m outMsg) bool {
+// queue is closed or m would take it past its bound (see outbox); the
+// queue is then closed. over reports whether the queue is now past limit
+// with more than m in it: a single large answer, however slow to write, is
+// not held against the client (see outbox), as before it came.
+func (q *outbox) push(seq uint64, m outMsg) (ok, over bool) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return false
+		return false, false
 	}
 	n := m.size()
 	if seq != q.next {
@@ -101,18 +144,17 @@ func (q *outbox) push(seq uint64, m outMsg) bool {
 		q.parked[seq] = m
 		q.held += n
 		q.mu.Unlock()
-		return true
+		return true, false
 	}
-	if q.bytes > 0 && q.bytes+n > q.limit {
+	if !q.fits(&m, n) {
 		q.closed = true
 		q.msgs, q.parked = nil, nil
-		q.bytes, q.held = 0, 0
+		q.bytes, q.pushes, q.held = 0, 0, 0
+		q.settleLocked()
 		q.mu.Unlock()
-		return false
+		return false, false
 	}
-	q.bytes += n
-	q.msgs = append(q.msgs, m)
-	q.next++
+	q.add(m, n)
 	for len(q.parked) > 0 {
 		pm, ok := q.parked[q.next]
 		if !ok {
@@ -121,38 +163,107 @@ func (q *outbox) push(seq uint64, m outMsg) bool {
 		delete(q.parked, q.next)
 		pn := pm.size()
 		q.held -= pn
-		q.bytes += pn
-		q.msgs = append(q.msgs, pm)
-		q.next++
+		q.add(pm, pn)
 	}
+	q.settleLocked()
+	over = q.bytes > q.limit && q.bytes > n
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+	return true, over
+}
+
+// fits reports whether m, of size n, may be queued (see outbox), and
+// charges what it takes the queue past limit to the shared budget. Called
+// with mu held.
+func (q *outbox) fits(m *outMsg, n int) bool {
+	switch {
+	case q.bytes == 0:
+		return true
+	case m.push && q.pushes+n > q.limit:
+		return false
+	}
+	if more := max(q.bytes+n-q.limit, 0) - q.excess; more > 0 {
+		if !q.budget.take(more) {
+			return false
+		}
+		q.excess += more
+	}
 	return true
 }
 
-// take moves everything queued into dst (reused) and returns it. The bytes
-// stay counted until done is called, so that a writer stuck on a client
-// that does not read still holds its share of the bound.
+// settleLocked brings what the queue has charged to the shared budget in
+// line with what it holds past limit (nothing once closed). Called with mu
+// held after every change of bytes.
+func (q *outbox) settleLocked() {
+	want := 0
+	if !q.closed {
+		want = max(q.bytes-q.limit, 0)
+	}
+	if d := q.excess - want; d != 0 {
+		q.budget.give(d)
+		q.excess = want
+	}
+}
+
+// add queues m, of size n, as the next message. Called with mu held.
+func (q *outbox) add(m outMsg, n int) {
+	q.bytes += n
+	if m.push {
+		q.pushes += n
+	}
+	q.msgs = append(q.msgs, m)
+	q.next++
+}
+
+// take moves what is queued into dst (reused) and returns it: the oldest
+// messages, up to maxTake bytes or one message. The bytes stay counted
+// until done is called, so that a writer stuck on a client that does not
+// read still holds its share of the bound.
 func (q *outbox) take(dst []outMsg) []outMsg {
 	q.mu.Lock()
-	dst = append(dst[:0], q.msgs...)
-	clear(q.msgs)
-	q.msgs = reuse(q.msgs, maxKeptQueue)
+	k, size := 0, 0
+	for k < len(q.msgs) && (k == 0 || size+q.msgs[k].size() <= maxTake) {
+		size += q.msgs[k].size()
+		k++
+	}
+	dst = append(dst[:0], q.msgs[:k]...)
+	clear(q.msgs[:k])
+	if k == len(q.msgs) {
+		q.msgs = reuse(q.msgs[:0], maxKeptQueue)
+	} else {
+		q.msgs = q.msgs[k:] // the array's front is freed once the rest is taken
+	}
 	q.mu.Unlock()
 	return dst
 }
 
+// maxTake bounds the bytes of messages one take returns (at least one
+// message is, whatever its size): a writer's write of them then ends, and
+// shows the client is taking what it is sent (Client.watchStall, the
+// keepalive), however much is queued behind.
+const maxTake = 1 << 20
+
 // maxKeptQueue bounds the queue slice an outbox keeps between takes.
 const maxKeptQueue = 64
 
-// done releases n bytes taken by the writer and written.
-func (q *outbox) done(n int) {
+// done releases n bytes taken by the writer and written, pushes of them
+// bytes of pushes.
+func (q *outbox) done(n, pushes int) {
 	q.mu.Lock()
 	q.bytes -= n
+	q.pushes -= pushes
+	q.settleLocked()
 	q.mu.Unlock()
+}
+
+// over reports whether more than limit bytes are queued or being written.
+func (q *outbox) over() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.closed && q.bytes > q.limit
 }
 
 // close stops the queue; later pushes fail.
@@ -161,6 +272,7 @@ func (q *outbox) close() {
 	q.closed = true
 	q.msgs, q.parked = nil, nil
 	q.held = 0
+	q.settleLocked()
 	q.mu.Unlock()
 }
 

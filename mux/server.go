@@ -55,6 +55,10 @@ type Server struct {
 	upChanged chan struct{}
 
 	// peers finds a session by id for the deliveries of the core.
+	// queued is what clients' outbound queues hold past their own bound,
+	// all together (outbox); any goroutine.
+	queued queueBudget
+
 	peersMu sync.RWMutex
 	peers   map[router.ClientID]*Client
 
@@ -83,6 +87,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:   newMetrics(cfg.Registerer),
 		peers:     make(map[router.ClientID]*Client),
 		upChanged: make(chan struct{}),
+		queued:    queueBudget{max: int64(cfg.OutboundQueueBytesTotal)},
 	}
 	backfill := cfg.BackfillBlocks
 	if backfill < 0 {
@@ -225,7 +230,7 @@ func (s *Server) newClient(parent context.Context, tr transport) (*Client, error
 		id:        id,
 		srv:       s,
 		tr:        tr,
-		out:       newOutbox(s.cfg.OutboundQueueBytes),
+		out:       newOutbox(s.cfg.OutboundQueueBytes, &s.queued),
 		ctx:       ctx,
 		cancel:    cancel,
 		autoWrite: tr.name() != "http",

@@ -46,51 +46,53 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // whole configuration. Every option has one name: the TOML key, and the flag
 // with "_" written as "-".
 type Config struct {
-	Upstreams             Upstreams         `toml:"upstream"`
-	UpstreamHeaders       map[string]string `toml:"upstream_headers"`
-	MaxHeadLag            int               `toml:"max_head_lag"`
-	HeadTimeout           Duration          `toml:"head_timeout"`
-	FailbackAfter         Duration          `toml:"failback_after"`
-	ChainID               string            `toml:"chain_id"`
-	UpstreamReadLimit     int64             `toml:"upstream_read_limit"`
-	PingInterval          Duration          `toml:"ping_interval"`
-	PingTimeout           Duration          `toml:"ping_timeout"`
-	ClientPingInterval    Duration          `toml:"client_ping_interval"`
-	ReconnectInitial      Duration          `toml:"reconnect_initial"`
-	ReconnectMax          Duration          `toml:"reconnect_max"`
-	Listen                string            `toml:"listen"`
-	IPC                   string            `toml:"ipc"`
-	IPCMode               string            `toml:"ipc_mode"`
-	IPCGroup              string            `toml:"ipc_group"`
-	Metrics               string            `toml:"metrics"`
-	RequestTimeout        Duration          `toml:"request_timeout"`
-	UpstreamWait          Duration          `toml:"upstream_wait"`
-	HTTPReadHeaderTimeout Duration          `toml:"http_read_header_timeout"`
-	HTTPReadTimeout       Duration          `toml:"http_read_timeout"`
-	HTTPIdleTimeout       Duration          `toml:"http_idle_timeout"`
-	MaxConnections        int               `toml:"max_connections"`
-	ShutdownGrace         Duration          `toml:"shutdown_grace"`
-	LogLevel              string            `toml:"log_level"`
-	LogFormat             string            `toml:"log_format"`
-	AllowedOrigins        []string          `toml:"allowed_origins"`
-	AllowedHosts          []string          `toml:"allowed_hosts"`
-	DenyMethods           []string          `toml:"deny_methods"`
-	RetryMethods          []string          `toml:"retry_methods"`
-	MaxClients            int               `toml:"max_clients"`
-	MaxInFlight           int               `toml:"max_in_flight"`
-	MaxHeldBytes          int               `toml:"max_held_bytes"`
-	MaxHeldBytesTotal     int               `toml:"max_held_bytes_total"`
-	UpstreamMaxBatch      int               `toml:"upstream_max_batch"`
-	MaxBatch              int               `toml:"max_batch"`
-	MaxMessageBytes       int64             `toml:"max_message_bytes"`
-	MaxSubscriptions      int               `toml:"max_subscriptions"`
-	MaxWaiting            int               `toml:"max_waiting"`
-	OutboundQueueBytes    int               `toml:"outbound_queue_bytes"`
-	HTTPBodyBytes         int64             `toml:"http_body_bytes"`
-	BackfillBlocks        int               `toml:"backfill_blocks"`
-	Coalesce              bool              `toml:"coalesce"`
-	CoalesceMethods       []string          `toml:"coalesce_methods"`
-	CacheBytes            int               `toml:"cache_bytes"`
+	Upstreams               Upstreams         `toml:"upstream"`
+	UpstreamHeaders         map[string]string `toml:"upstream_headers"`
+	MaxHeadLag              int               `toml:"max_head_lag"`
+	HeadTimeout             Duration          `toml:"head_timeout"`
+	FailbackAfter           Duration          `toml:"failback_after"`
+	ChainID                 string            `toml:"chain_id"`
+	UpstreamReadLimit       int64             `toml:"upstream_read_limit"`
+	PingInterval            Duration          `toml:"ping_interval"`
+	PingTimeout             Duration          `toml:"ping_timeout"`
+	ClientPingInterval      Duration          `toml:"client_ping_interval"`
+	ReconnectInitial        Duration          `toml:"reconnect_initial"`
+	ReconnectMax            Duration          `toml:"reconnect_max"`
+	Listen                  string            `toml:"listen"`
+	IPC                     string            `toml:"ipc"`
+	IPCMode                 string            `toml:"ipc_mode"`
+	IPCGroup                string            `toml:"ipc_group"`
+	Metrics                 string            `toml:"metrics"`
+	RequestTimeout          Duration          `toml:"request_timeout"`
+	UpstreamWait            Duration          `toml:"upstream_wait"`
+	HTTPReadHeaderTimeout   Duration          `toml:"http_read_header_timeout"`
+	HTTPReadTimeout         Duration          `toml:"http_read_timeout"`
+	HTTPIdleTimeout         Duration          `toml:"http_idle_timeout"`
+	MaxConnections          int               `toml:"max_connections"`
+	ShutdownGrace           Duration          `toml:"shutdown_grace"`
+	LogLevel                string            `toml:"log_level"`
+	LogFormat               string            `toml:"log_format"`
+	AllowedOrigins          []string          `toml:"allowed_origins"`
+	AllowedHosts            []string          `toml:"allowed_hosts"`
+	DenyMethods             []string          `toml:"deny_methods"`
+	RetryMethods            []string          `toml:"retry_methods"`
+	MaxClients              int               `toml:"max_clients"`
+	MaxInFlight             int               `toml:"max_in_flight"`
+	MaxHeldBytes            int               `toml:"max_held_bytes"`
+	MaxHeldBytesTotal       int               `toml:"max_held_bytes_total"`
+	UpstreamMaxBatch        int               `toml:"upstream_max_batch"`
+	MaxBatch                int               `toml:"max_batch"`
+	MaxMessageBytes         int64             `toml:"max_message_bytes"`
+	MaxSubscriptions        int               `toml:"max_subscriptions"`
+	MaxWaiting              int               `toml:"max_waiting"`
+	OutboundQueueBytes      int               `toml:"outbound_queue_bytes"`
+	OutboundQueueBytesTotal int               `toml:"outbound_queue_bytes_total"`
+	SlowConsumerTimeout     Duration          `toml:"slow_consumer_timeout"`
+	HTTPBodyBytes           int64             `toml:"http_body_bytes"`
+	BackfillBlocks          int               `toml:"backfill_blocks"`
+	Coalesce                bool              `toml:"coalesce"`
+	CoalesceMethods         []string          `toml:"coalesce_methods"`
+	CacheBytes              int               `toml:"cache_bytes"`
 }
 
 // coalesceMethods is the coalesce_methods mux is given: none when
@@ -126,24 +128,26 @@ func defaults() Config {
 		LogFormat:             "text",
 		// Copies: the TOML decoder writes into a slice in place when it
 		// has room, which would change mux's defaults for everyone.
-		AllowedHosts:       slices.Clone(mux.DefaultAllowedHosts),
-		DenyMethods:        slices.Clone(mux.DefaultDenyMethods),
-		RetryMethods:       slices.Clone(mux.DefaultRetryMethods),
-		MaxClients:         mux.DefaultMaxClients,
-		MaxInFlight:        mux.DefaultMaxInFlight,
-		MaxHeldBytes:       mux.DefaultMaxHeldBytes,
-		MaxHeldBytesTotal:  mux.DefaultMaxHeldBytesTotal,
-		UpstreamMaxBatch:   mux.DefaultUpstreamMaxBatch,
-		MaxBatch:           mux.DefaultMaxBatch,
-		MaxMessageBytes:    mux.DefaultMaxMessageBytes,
-		MaxSubscriptions:   mux.DefaultMaxSubscriptions,
-		MaxWaiting:         mux.DefaultMaxWaiting,
-		OutboundQueueBytes: mux.DefaultOutboundQueueBytes,
-		HTTPBodyBytes:      mux.DefaultMaxHTTPBodyBytes,
-		BackfillBlocks:     mux.DefaultBackfillBlocks,
-		Coalesce:           true,
-		CoalesceMethods:    slices.Clone(mux.DefaultCoalesceMethods),
-		CacheBytes:         mux.DefaultCacheBytes,
+		AllowedHosts:            slices.Clone(mux.DefaultAllowedHosts),
+		DenyMethods:             slices.Clone(mux.DefaultDenyMethods),
+		RetryMethods:            slices.Clone(mux.DefaultRetryMethods),
+		MaxClients:              mux.DefaultMaxClients,
+		MaxInFlight:             mux.DefaultMaxInFlight,
+		MaxHeldBytes:            mux.DefaultMaxHeldBytes,
+		MaxHeldBytesTotal:       mux.DefaultMaxHeldBytesTotal,
+		UpstreamMaxBatch:        mux.DefaultUpstreamMaxBatch,
+		MaxBatch:                mux.DefaultMaxBatch,
+		MaxMessageBytes:         mux.DefaultMaxMessageBytes,
+		MaxSubscriptions:        mux.DefaultMaxSubscriptions,
+		MaxWaiting:              mux.DefaultMaxWaiting,
+		OutboundQueueBytes:      mux.DefaultOutboundQueueBytes,
+		OutboundQueueBytesTotal: mux.DefaultOutboundQueueBytesTotal,
+		SlowConsumerTimeout:     Duration{mux.DefaultSlowConsumerTimeout},
+		HTTPBodyBytes:           mux.DefaultMaxHTTPBodyBytes,
+		BackfillBlocks:          mux.DefaultBackfillBlocks,
+		Coalesce:                true,
+		CoalesceMethods:         slices.Clone(mux.DefaultCoalesceMethods),
+		CacheBytes:              mux.DefaultCacheBytes,
 	}
 }
 
@@ -279,7 +283,7 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	}{{"request_timeout", c.RequestTimeout}, {"upstream_wait", c.UpstreamWait}, {"ping_timeout", c.PingTimeout}, {"shutdown_grace", c.ShutdownGrace},
 		{"reconnect_initial", c.ReconnectInitial}, {"reconnect_max", c.ReconnectMax},
 		{"http_read_header_timeout", c.HTTPReadHeaderTimeout}, {"http_read_timeout", c.HTTPReadTimeout},
-		{"http_idle_timeout", c.HTTPIdleTimeout}} {
+		{"http_idle_timeout", c.HTTPIdleTimeout}, {"slow_consumer_timeout", c.SlowConsumerTimeout}} {
 		if d.d.Duration <= 0 {
 			add("%s: must be positive, got %s", d.name, d.d.Duration)
 		}
@@ -324,7 +328,8 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 		{"upstream_read_limit", c.UpstreamReadLimit}, {"max_clients", int64(c.MaxClients)},
 		{"max_in_flight", int64(c.MaxInFlight)}, {"max_batch", int64(c.MaxBatch)},
 		{"max_message_bytes", c.MaxMessageBytes}, {"max_subscriptions", int64(c.MaxSubscriptions)},
-		{"outbound_queue_bytes", int64(c.OutboundQueueBytes)}, {"http_body_bytes", c.HTTPBodyBytes},
+		{"outbound_queue_bytes", int64(c.OutboundQueueBytes)}, {"outbound_queue_bytes_total", int64(c.OutboundQueueBytesTotal)},
+		{"http_body_bytes", c.HTTPBodyBytes},
 		{"max_waiting", int64(c.MaxWaiting)}, {"max_held_bytes", int64(c.MaxHeldBytes)},
 		{"max_held_bytes_total", int64(c.MaxHeldBytesTotal)},
 		{"upstream_max_batch", int64(c.UpstreamMaxBatch)},
