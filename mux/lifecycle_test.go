@@ -376,6 +376,18 @@ func (h *harness) dialSlow(t *testing.T) *websocket.Conn {
 	return c
 }
 
+// answerBig is a fake node's handler that answers eth_big with result and
+// anything else as usual.
+func answerBig(result string) func(*fakeConn, fakeReq) {
+	return func(fc *fakeConn, r fakeReq) {
+		if r.Method == "eth_big" {
+			fc.Send(resultFrame(r.ID, result))
+			return
+		}
+		fc.Answer(r)
+	}
+}
+
 // TestSlowConsumer: a client that does not read is disconnected once its
 // queue is past its bound and it has taken nothing for
 // slow_consumer_timeout, and nobody else waits for it.
@@ -387,13 +399,7 @@ func TestSlowConsumer(t *testing.T) {
 		c.OutboundQueueBytes = queue
 		c.SlowConsumerTimeout = 100 * time.Millisecond
 	}})
-	h.fake.SetHandler(func(fc *fakeConn, r fakeReq) {
-		if r.Method == "eth_big" {
-			fc.Send(resultFrame(r.ID, big))
-			return
-		}
-		fc.Answer(r)
-	})
+	h.fake.SetHandler(answerBig(big))
 	m := h.srv.Metrics()
 	slow := h.dialSlow(t)
 	good := h.dial(t)
@@ -459,13 +465,7 @@ func TestPipelinedAnswersSlowReader(t *testing.T) {
 				c.OutboundQueueBytesTotal = tt.budget
 				c.SlowConsumerTimeout = testTimeout // not a test of stalls
 			}})
-			h.fake.SetHandler(func(fc *fakeConn, r fakeReq) {
-				if r.Method == "eth_big" {
-					fc.Send(resultFrame(r.ID, big))
-					return
-				}
-				fc.Answer(r)
-			})
+			h.fake.SetHandler(answerBig(big))
 			m := h.srv.Metrics()
 			pipe := h.dial(t)
 			good := h.dial(t)
