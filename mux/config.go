@@ -20,7 +20,7 @@ const (
 	DefaultOutboundQueueBytes = 32 << 20
 	// DefaultOutboundQueueBytesTotal bounds what all clients' queues hold
 	// past DefaultOutboundQueueBytes together.
-	DefaultOutboundQueueBytesTotal = 1 << 30
+	DefaultOutboundQueueBytesTotal = 256 << 20
 	DefaultMaxSubscriptions        = 1000
 	DefaultMaxWaiting              = 100000
 	DefaultMaxClients              = 10000
