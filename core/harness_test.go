@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
@@ -210,6 +211,10 @@ func (h *harness) render(frame []byte) []string {
 		msg := d.Msg
 		if d.ID != nil {
 			msg = router.AppendSpliced(nil, d.Msg, d.At, d.ID)
+		}
+		// The shell bounds pushes apart from answers (Delivery.Push).
+		if push := bytes.Contains(msg, []byte(`"method":"eth_subscription"`)); push != d.Push {
+			h.t.Errorf("delivery to c%d has Push %v: %s", d.Client, d.Push, msg)
 		}
 		out = append(out, fmt.Sprintf("c%d< %s", d.Client, msg))
 	}
