@@ -2,8 +2,10 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/muxd/muxd/router"
 )
@@ -176,6 +178,58 @@ func TestMemberLeavesKeyOfMany(t *testing.T) {
 // TestOrphanTableBounded: a client that connects, sends and leaves in a
 // loop cannot grow the orphan table past maxOrphans; what is past it is
 // not tracked (its answer counts as an unknown id).
+// TestOrphanExpiry: orphans expire in deadline order whatever order they
+// were recorded in, one answered meanwhile is not expired twice (nor is
+// another recorded under its id later), and the expiry heap stays bounded
+// by the table when calls are answered faster than they come due.
+func TestOrphanExpiry(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var o orphanTable
+	for _, e := range []struct {
+		uid uint64
+		due int
+	}{{1, 30}, {2, 10}, {3, 20}, {4, 10}, {5, 40}} {
+		o.add(e.uid, orphan{deadline: at(e.due)})
+	}
+	o.answered(3)
+	steps := []struct {
+		now  int
+		left []uint64
+	}{
+		{9, []uint64{1, 2, 4, 5}},
+		{10, []uint64{1, 5}},
+		{25, []uint64{1, 5}},
+		{30, []uint64{5}},
+		{45, nil},
+	}
+	for _, s := range steps {
+		o.expire(at(s.now))
+		var left []uint64
+		for uid := range o.calls {
+			left = append(left, uid)
+		}
+		slices.Sort(left)
+		if !slices.Equal(left, s.left) {
+			t.Fatalf("at %ds: left %v, want %v", s.now, left, s.left)
+		}
+	}
+	if len(o.byDeadline) != 0 {
+		t.Fatalf("%d heap entries left with the table empty", len(o.byDeadline))
+	}
+	for uid := range uint64(5 * maxOrphans) {
+		o.add(uid+100, orphan{deadline: at(60)})
+		o.answered(uid + 100)
+		if len(o.byDeadline) > 2*maxOrphans {
+			t.Fatalf("heap holds %d entries for a table of %d", len(o.byDeadline), o.len())
+		}
+	}
+	o.add(7, orphan{deadline: at(50)})
+	o.forget()
+	if o.len() != 0 || len(o.byDeadline) != 0 {
+		t.Fatalf("after forget: %d entries, %d heap entries", o.len(), len(o.byDeadline))
+	}
+}
+
 func TestOrphanTableBounded(t *testing.T) {
 	var o orphanTable
 	for uid := range uint64(maxOrphans + 10) {

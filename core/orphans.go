@@ -1,6 +1,7 @@
 package core
 
 import (
+	"container/heap"
 	"time"
 
 	"github.com/muxd/muxd/router"
@@ -22,8 +23,35 @@ const maxOrphans = 1 << 16
 // lost or switched away from (a draining connection's answers are not
 // counted at all). An array the node refuses whole answers under its first
 // id only: the rest of its orphans stay until their deadline.
+//
+// Expiry takes the entries due in deadline order (byDeadline), so that a
+// sweep of a full table under the server's lock costs what expires, not a
+// walk of every entry.
 type orphanTable struct {
-	calls map[uint64]orphan // by upstream id
+	calls      map[uint64]orphan // by upstream id
+	byDeadline orphanHeap        // every entry of calls, and entries answered since, soonest first
+}
+
+// orphanDue is an entry of the expiry heap: upstream id uid, recorded with
+// deadline (an entry whose call was answered meanwhile, or recorded again
+// with another deadline, is skipped when it comes due).
+type orphanDue struct {
+	deadline time.Time
+	uid      uint64
+}
+
+// orphanHeap is a min-heap of orphanDue by deadline (container/heap).
+type orphanHeap []orphanDue
+
+func (h orphanHeap) Len() int           { return len(h) }
+func (h orphanHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h orphanHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *orphanHeap) Push(x any)        { *h = append(*h, x.(orphanDue)) }
+func (h *orphanHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // orphan is a call a departed client left running.
@@ -61,9 +89,20 @@ func (t *orphanTable) add(uid uint64, o orphan) {
 	if t.calls == nil {
 		t.calls = map[uint64]orphan{}
 	}
-	if len(t.calls) < maxOrphans {
-		t.calls[uid] = o
+	if len(t.calls) >= maxOrphans {
+		return
 	}
+	t.calls[uid] = o
+	if len(t.byDeadline) >= 2*maxOrphans {
+		// Mostly answered entries, not yet due: rebuild from the table.
+		t.byDeadline = t.byDeadline[:0]
+		for u, c := range t.calls {
+			t.byDeadline = append(t.byDeadline, orphanDue{c.deadline, u})
+		}
+		heap.Init(&t.byDeadline)
+		return
+	}
+	heap.Push(&t.byDeadline, orphanDue{o.deadline, uid})
 }
 
 // answered returns the orphan uid was the call of, and forgets it.
@@ -77,14 +116,18 @@ func (t *orphanTable) answered(uid uint64) (orphan, bool) {
 
 // expire forgets the orphans whose deadline is not after now.
 func (t *orphanTable) expire(now time.Time) {
-	for uid, o := range t.calls {
-		if !o.deadline.After(now) {
-			delete(t.calls, uid)
+	for len(t.byDeadline) > 0 && !t.byDeadline[0].deadline.After(now) {
+		d := heap.Pop(&t.byDeadline).(orphanDue)
+		if o, ok := t.calls[d.uid]; ok && o.deadline.Equal(d.deadline) {
+			delete(t.calls, d.uid)
 		}
 	}
 }
 
 // forget empties the table: the connection its calls ran on is gone.
-func (t *orphanTable) forget() { clear(t.calls) }
+func (t *orphanTable) forget() {
+	clear(t.calls)
+	t.byDeadline = t.byDeadline[:0]
+}
 
 func (t *orphanTable) len() int { return len(t.calls) }
