@@ -148,6 +148,13 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 		}
 		return c.errorBytes(id, router.MethodDenied(method))
 	}
+	if foreignSubscription(method) {
+		if !m.HasID() {
+			c.obs.Dropped(DropSubscribeNotification)
+			return nil
+		}
+		return c.errorBytes(id, errForeignSubscription(method))
+	}
 	elem, idSpan := router.Element(frame, m)
 	if !m.HasID() {
 		c.notification(e, elem, method, up)

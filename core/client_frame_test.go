@@ -129,6 +129,24 @@ func TestClientFrames(t *testing.T) {
 			{do: "c1", in: `{"jsonrpc":"2.0","id":3,"method":"debug_traceTransaction","params":["0x1"]}`,
 				want: []string{`up> {"jsonrpc":"2.0","id":1,"method":"debug_traceTransaction","params":["0x1"]}`}},
 		}},
+		{name: "foreign_subscriptions_never_sent", steps: []step{
+			// A node takes any *_subscribe/*_unsubscribe for one: forwarded,
+			// an unsubscribe could cancel the subscription muxd holds for
+			// everyone on the shared connection.
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: `{"jsonrpc":"2.0","id":1,"method":"debug_subscribe","params":["traceChain","0x1","0x2"]}`,
+				want: []string{`c1< {"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"the method debug_subscribe does not exist/is not available","data":{"reason":"only eth_subscribe and eth_unsubscribe are shared"}}}`}},
+			{do: "c1", in: `{"jsonrpc":"2.0","id":2,"method":"foo_unsubscribe","params":["0xs1"]}`,
+				want: []string{`c1< {"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method foo_unsubscribe does not exist/is not available","data":{"reason":"only eth_subscribe and eth_unsubscribe are shared"}}}`}},
+			{do: "c1", in: `[{"jsonrpc":"2.0","id":3,"method":"ETH_unsubscribe","params":["0xs1"]},{"jsonrpc":"2.0","id":4,"method":"eth_Subscribe","params":["newHeads"]}]`,
+				want: []string{`c1< [{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"the method ETH_unsubscribe does not exist/is not available","data":{"reason":"only eth_subscribe and eth_unsubscribe are shared"}}},{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"the method eth_Subscribe does not exist/is not available","data":{"reason":"only eth_subscribe and eth_unsubscribe are shared"}}}]`}},
+			{do: "c1", in: `{"jsonrpc":"2.0","id":5,"method":"eth_\u0075nsubscribe_x"}`,
+				want: []string{`up> {"jsonrpc":"2.0","id":1,"method":"eth_\u0075nsubscribe_x"}`}},
+			{do: "c1", in: `{"jsonrpc":"2.0","method":"shh_unsubscribe","params":["0xs1"]}`,
+				want: []string{"no answer"}, counts: map[string]int{"dropped subscribe_notification": 1}},
+			{do: "c1", in: `{"jsonrpc":"2.0","id":6,"method":"debug_\u0075nsubscribe","params":["0xs1"]}`,
+				want: []string{`c1< {"jsonrpc":"2.0","id":6,"error":{"code":-32601,"message":"the method debug_unsubscribe does not exist/is not available","data":{"reason":"only eth_subscribe and eth_unsubscribe are shared"}}}`}},
+		}},
 		{name: "denied_by_a_custom_pattern", cfg: func(c *Config) { c.DenyMethods = []string{"x?_*"} }, steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: `{"jsonrpc":"2.0","id":1,"method":"xY_anything/at all"}`,

@@ -1,6 +1,10 @@
 package core
 
-import "github.com/muxd/muxd/router"
+import (
+	"strings"
+
+	"github.com/muxd/muxd/router"
+)
 
 // KnownMethods bounds the method label of the metrics: anything else counts as "other", so
 // a client sending random method names cannot grow the series without end.
@@ -42,6 +46,32 @@ func methodName(frame []byte, m *router.Message) string {
 		}
 	}
 	return m.MethodName(frame)
+}
+
+// foreignSubscription reports whether a node may take method for a
+// subscribe or unsubscribe other than the eth_ pair muxd shares among its
+// clients: geth takes any name ending in _subscribe or _unsubscribe, in
+// any namespace, for one (rpc/json.go; the namespace of an unsubscribe is
+// not even looked at), and other nodes may not mind the case. Forwarded on
+// the shared connection, such an unsubscribe could cancel the upstream
+// subscription muxd holds for everyone (ids are guessable), and such a
+// subscribe would leave one that nobody's client hears from (its pushes
+// are not eth_subscription) and that outlives its client.
+func foreignSubscription(method string) bool {
+	if method == methodSubscribe || method == methodUnsubscribe {
+		return false
+	}
+	return hasSuffixFold(method, "_subscribe") || hasSuffixFold(method, "_unsubscribe")
+}
+
+// hasSuffixFold is strings.HasSuffix with ASCII case ignored.
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
+}
+
+// errForeignSubscription refuses a foreign subscription method.
+func errForeignSubscription(method string) router.RPCError {
+	return router.MethodDenied(method).Because("only eth_subscribe and eth_unsubscribe are shared")
 }
 
 // Well-known method names that muxd treats specially.
