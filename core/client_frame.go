@@ -102,6 +102,15 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 	return expect
 }
 
+// maxUpstreamIDLen is the longest id muxd writes upstream: a uint64 in
+// decimal.
+const maxUpstreamIDLen = 20
+
+// errTooLargeForNode refuses a request whose upstream frame would pass
+// Config.MaxUpstreamMessage: the same answer as a client message past
+// max_message_bytes.
+var errTooLargeForNode = router.ErrorLimit.Because("message too large")
+
 // methodMemo is the method of the last message of a frame that had one,
 // and the deny policy's verdict on it: the elements of a batch mostly call
 // the same method.
@@ -172,6 +181,14 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	// gives back what a subscription holds.
 	if method != methodUnsubscribe && c.overHeld(cl, len(elem)+len(id)+20) {
 		return c.errorBytes(id, errHeldBytes)
+	}
+	// Its upstream frame: the element with the client's id rewritten (or,
+	// for eth_subscribe, muxd's own frame with the same params, no
+	// longer). One past the node's limit would make the node close the
+	// shared connection, failing everyone's calls in flight.
+	if lim := c.cfg.MaxUpstreamMessage; lim > 0 && len(elem)-idSpan.Len+maxUpstreamIDLen > lim {
+		c.obs.Limit("message_size")
+		return c.errorBytes(id, errTooLargeForNode)
 	}
 	p := router.Pending{
 		Client:   cl.id,

@@ -40,7 +40,7 @@ func (c *Core) connected(e *Effects, gen uint64, now time.Time) {
 		if !w.p.Up.Started() {
 			// A batch's requests wait together, in order: its array
 			// goes where its first request stood.
-			c.send(e, w.p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch)...)
+			c.send(e, w.p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch, c.cfg.MaxUpstreamMessage)...)
 		}
 	}
 	e.Gen = gen

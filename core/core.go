@@ -22,6 +22,12 @@ type Config struct {
 	RequestTimeout   time.Duration // a request's deadline, from its arrival
 	UpstreamWait     time.Duration // how long a request waits for an upstream
 	UpstreamMaxBatch int           // elements in one upstream array
+	// MaxUpstreamMessage is the largest message the node reads (geth: 32
+	// MiB on WebSocket); a longer one makes it close the shared
+	// connection. A request that would pass it once its id is rewritten
+	// is refused (-32005), and a client batch goes as arrays that do not
+	// pass it. 0: no limit.
+	MaxUpstreamMessage int
 	MaxBatch         int           // elements in one client batch
 	MaxInFlight      int           // one client's requests in flight
 	MaxHeldBytes     int           // one client's request bytes held
@@ -215,7 +221,7 @@ func (c *Core) send(e *Effects, frames ...[]byte) {
 // appended to e's list without a slice of their own.
 func (c *Core) sendArrays(e *Effects, u *router.UpstreamBatch) {
 	n := len(e.Upstream)
-	e.Upstream = u.NextArrays(e.Upstream, c.cfg.UpstreamMaxBatch)
+	e.Upstream = u.NextArrays(e.Upstream, c.cfg.UpstreamMaxBatch, c.cfg.MaxUpstreamMessage)
 	switch {
 	case c.gen == 0:
 		clear(e.Upstream[n:])

@@ -76,6 +76,31 @@ func TestResponsesAndBatches(t *testing.T) {
 			{do: "up", in: "[" + res("4", `"1"`) + "]",
 				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x2"`) + `,` + res(`"c"`, `"0x3"`) + `,` + res(`"d"`, `"1"`) + `]`}},
 		}},
+		{name: "batch_goes_as_arrays_within_the_nodes_message_limit", cfg: func(c *Config) { c.MaxUpstreamMessage = 101 }, steps: []step{
+			// [req 1, req 2] is 101 bytes: a third would make the node
+			// close the shared connection.
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "," + c + "," + d + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + "," + res("2", `"0x2"`) + "]",
+				want: []string{`up> [` + req("3", "eth_gasPrice") + `,` + req("4", "net_version") + `]`}},
+			{do: "up", in: "[" + res("3", `"0x3"`) + "," + res("4", `"1"`) + "]",
+				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x2"`) + `,` + res(`"c"`, `"0x3"`) + `,` + res(`"d"`, `"1"`) + `]`}},
+		}},
+		{name: "request_too_large_for_the_node_once_rewritten", cfg: func(c *Config) { c.MaxUpstreamMessage = 65 }, steps: []step{
+			// 49 bytes under id "a": under an upstream id of up to 20
+			// digits, 66, past the node's limit. Never sent.
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: a,
+				want:   []string{`c1< {"jsonrpc":"2.0","id":"a","error":{"code":-32005,"message":"limit exceeded","data":{"reason":"message too large"}}}`},
+				counts: map[string]int{"limit message_size": 1}},
+			{do: "c1", in: `{"jsonrpc":"2.0","id":"x","method":"m"}`,
+				want: []string{`up> {"jsonrpc":"2.0","id":1,"method":"m"}`}},
+			{do: "c1", in: "[" + a + `,{"jsonrpc":"2.0","id":"y","method":"m"}]`,
+				want: []string{`up> {"jsonrpc":"2.0","id":2,"method":"m"}`}},
+			{do: "up", in: res("2", "true"),
+				want: []string{`c1< [{"jsonrpc":"2.0","id":"a","error":{"code":-32005,"message":"limit exceeded","data":{"reason":"message too large"}}},` + res(`"y"`, "true") + `]`}},
+		}},
 		{name: "geth_batch_too_large_refuses_the_whole_array", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: "[" + a + "," + b + "," + c + "," + d + "]",

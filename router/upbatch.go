@@ -205,11 +205,13 @@ func (u *UpstreamBatch) Len() int { return len(u.elems) }
 // NextArrays appends to dst the next frames to send upstream and returns
 // it: up to max elements (max <= 0: all) not yet sent, less the calls settled
 // meanwhile (timed out while waiting for an upstream), as one JSON array, or
-// as the element alone when it is the only one. An array that holds no call
+// as the element alone when it is the only one. An array is also cut short
+// before it would pass maxBytes (the node's message limit; <= 0: none),
+// though it always takes one element. An array that holds no call
 // (notifications only) is answered by nothing, so the next one follows it at
 // once. It appends nothing when nothing is left to send.
-func (u *UpstreamBatch) NextArrays(dst [][]byte, max int) [][]byte {
-	if u.next == 0 && u.inArena && len(u.elems) > 1 && (max <= 0 || len(u.elems) <= max) && len(u.arena) < cap(u.arena) && u.noneSettled() {
+func (u *UpstreamBatch) NextArrays(dst [][]byte, max, maxBytes int) [][]byte {
+	if u.next == 0 && u.inArena && len(u.elems) > 1 && (max <= 0 || len(u.elems) <= max) && (maxBytes <= 0 || len(u.arena)+1 <= maxBytes) && len(u.arena) < cap(u.arena) && u.noneSettled() {
 		// The whole batch in one array, as laid out: no copy.
 		u.from, u.next, u.owed = 0, len(u.elems), len(u.calls)
 		return append(dst, append(u.arena, ']'))
@@ -218,6 +220,19 @@ func (u *UpstreamBatch) NextArrays(dst [][]byte, max int) [][]byte {
 		end := len(u.elems)
 		if max > 0 && end-u.next > max {
 			end = u.next + max
+		}
+		if maxBytes > 0 {
+			took, size := 0, 1
+			for i := u.next; i < end; i++ {
+				if e := &u.elems[i]; !e.settled {
+					if took > 0 && size+len(e.frame)+1 > maxBytes {
+						end = i
+						break
+					}
+					took++
+					size += len(e.frame) + 1
+				}
+			}
 		}
 		u.from = u.next
 		u.next = end

@@ -44,6 +44,8 @@ func TestUpstreamBatch(t *testing.T) {
 		name   string
 		layout string
 		max    int
+		// maxBytes bounds an array's bytes (0: none).
+		maxBytes int
 		// steps: settle these ids before the next NextArrays; "" sends
 		// the first array.
 		settle [][]uint64
@@ -77,6 +79,34 @@ func TestUpstreamBatch(t *testing.T) {
 			want: []string{`[{"n":1},{"n":1}] | [{"id":1},{"id":2}]`},
 		},
 		{
+			name: "arrays cut at the byte bound", layout: "1,n,2,3", maxBytes: 30,
+			settle: [][]uint64{{1, 2}},
+			want:   []string{`[{"id":1},{"n":1},{"id":2}]`, `{"id":3}`},
+			next:   []bool{true},
+		},
+		{
+			name: "arrays at the byte bound exactly", layout: "1,2,3", maxBytes: 19,
+			settle: [][]uint64{{1, 2}},
+			want:   []string{`[{"id":1},{"id":2}]`, `{"id":3}`},
+			next:   []bool{true},
+		},
+		{
+			name: "the whole batch within the byte bound", layout: "1,2,3", maxBytes: 28,
+			want: []string{`[{"id":1},{"id":2},{"id":3}]`},
+		},
+		{
+			name: "an element past the byte bound goes alone", layout: "1,2", maxBytes: 5,
+			settle: [][]uint64{{1}},
+			want:   []string{`{"id":1}`, `{"id":2}`},
+			next:   []bool{true},
+		},
+		{
+			name: "count and byte bounds together", layout: "1,2,3,4,5", max: 2, maxBytes: 19,
+			settle: [][]uint64{{1, 2}, {3, 4}},
+			want:   []string{`[{"id":1},{"id":2}]`, `[{"id":3},{"id":4}]`, `{"id":5}`},
+			next:   []bool{true, true},
+		},
+		{
 			name: "settled while waiting is left out", layout: "1,2,3", max: 0,
 			settle: nil,
 			want:   []string{`[{"id":1},{"id":2},{"id":3}]`},
@@ -84,7 +114,7 @@ func TestUpstreamBatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := build(tc.layout)
-			if got := str(u.NextArrays(nil, tc.max)); got != tc.want[0] {
+			if got := str(u.NextArrays(nil, tc.max, tc.maxBytes)); got != tc.want[0] {
 				t.Fatalf("first: %s, want %s", got, tc.want[0])
 			}
 			for i, ids := range tc.settle {
@@ -95,7 +125,7 @@ func TestUpstreamBatch(t *testing.T) {
 				if last != tc.next[i] {
 					t.Errorf("step %d: Settle = %v, want %v", i, last, tc.next[i])
 				}
-				if got := str(u.NextArrays(nil, tc.max)); got != tc.want[i+1] {
+				if got := str(u.NextArrays(nil, tc.max, tc.maxBytes)); got != tc.want[i+1] {
 					t.Errorf("step %d: sent %s, want %s", i, got, tc.want[i+1])
 				}
 			}
@@ -105,7 +135,7 @@ func TestUpstreamBatch(t *testing.T) {
 	t.Run("settled before sending", func(t *testing.T) {
 		u := build("1,2,3")
 		u.Settle(2)
-		if got := str(u.NextArrays(nil, 0)); got != `[{"id":1},{"id":3}]` {
+		if got := str(u.NextArrays(nil, 0, 0)); got != `[{"id":1},{"id":3}]` {
 			t.Errorf("sent %s", got)
 		}
 		if !u.Sent(3) || u.Sent(9) {
@@ -115,7 +145,7 @@ func TestUpstreamBatch(t *testing.T) {
 
 	t.Run("in flight", func(t *testing.T) {
 		u := build("n,1,2,3,4")
-		u.NextArrays(nil, 3) // n, 1, 2
+		u.NextArrays(nil, 3, 0) // n, 1, 2
 		if id, calls := u.FirstInFlight(); id != 1 || calls != 2 {
 			t.Errorf("FirstInFlight = %d, %d; want 1, 2", id, calls)
 		}
@@ -150,7 +180,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		if id := u.KeepID([]byte(`"a"`)); string(id) != `"a"` {
 			t.Fatalf("KeepID = %s", id)
 		}
-		out := u.NextArrays(nil, 0)
+		out := u.NextArrays(nil, 0, 0)
 		if len(out) != 1 || string(out[0]) != `[{"id":1},{"n":1},{"id":2}]` {
 			t.Fatalf("sent %q", out)
 		}
@@ -167,7 +197,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		u.AddCall(2, append(u.Room(), `{"id":2}`...))
 		u.AddCall(3, append(u.Room(), `{"id":3}`...))
 		u.Settle(2)
-		if out := u.NextArrays(nil, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":3}]` {
+		if out := u.NextArrays(nil, 0, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":3}]` {
 			t.Fatalf("sent %q", out)
 		}
 	})
@@ -176,7 +206,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		u.AddCall(2, []byte(`{"id":2}`))
 		u.AddCall(3, append(u.Room(), `{"id":3}`...))
-		if out := u.NextArrays(nil, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2},{"id":3}]` {
+		if out := u.NextArrays(nil, 0, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2},{"id":3}]` {
 			t.Fatalf("sent %q", out)
 		}
 	})
@@ -184,7 +214,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		u := NewUpstreamBatch(0, 0, 0) // room for "[" and "]" only
 		u.AddCall(1, append(u.Room(), `{"id":1}`...))
 		u.AddCall(2, append(u.Room(), `{"id":2}`...))
-		if out := u.NextArrays(nil, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2}]` {
+		if out := u.NextArrays(nil, 0, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2}]` {
 			t.Fatalf("sent %q", out)
 		}
 	})
@@ -193,7 +223,7 @@ func TestUpstreamBatchArena(t *testing.T) {
 		for id := uint64(1); id <= 3; id++ {
 			u.AddCall(id, append(u.Room(), fmt.Sprintf(`{"id":%d}`, id)...))
 		}
-		if out := u.NextArrays(nil, 2); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2}]` {
+		if out := u.NextArrays(nil, 2, 0); len(out) != 1 || string(out[0]) != `[{"id":1},{"id":2}]` {
 			t.Fatalf("sent %q", out)
 		}
 	})
@@ -213,7 +243,7 @@ func TestUpstreamBatchAnswerRoom(t *testing.T) {
 	if u.AnswerRoom(1) != nil {
 		t.Fatal("room before the array was sent")
 	}
-	u.NextArrays(nil, 0)
+	u.NextArrays(nil, 0, 0)
 	u.Settle(1)
 	if u.AnswerRoom(1) != nil {
 		t.Fatal("room with a call unsettled")
@@ -245,7 +275,7 @@ func TestUpstreamBatchesReuse(t *testing.T) {
 	a := l.New(200, 2, 4)
 	a.AddCall(1, frame(a, "1"))
 	a.AddCall(2, frame(a, "2"))
-	if got := string(a.NextArrays(nil, 0)[0]); got != `[{"jsonrpc":"2.0","id":1,"method":"eth_call"},{"jsonrpc":"2.0","id":2,"method":"eth_call"}]` {
+	if got := string(a.NextArrays(nil, 0, 0)[0]); got != `[{"jsonrpc":"2.0","id":1,"method":"eth_call"},{"jsonrpc":"2.0","id":2,"method":"eth_call"}]` {
 		t.Fatalf("first batch's array: %s", got)
 	}
 	a.Settle(1)
@@ -264,7 +294,7 @@ func TestUpstreamBatchesReuse(t *testing.T) {
 		t.Fatalf("reused batch not clean: len %d started %v slot %d", b.Len(), b.Started(), b.slot)
 	}
 	b.AddCall(7, frame(b, "7"))
-	if got := string(b.NextArrays(nil, 0)[0]); got != `{"jsonrpc":"2.0","id":7,"method":"eth_call"}` {
+	if got := string(b.NextArrays(nil, 0, 0)[0]); got != `{"jsonrpc":"2.0","id":7,"method":"eth_call"}` {
 		t.Fatalf("reused batch's frame: %s", got)
 	}
 	if got := string(answer); got != `[{"id":"a"},{"id":"b"}]` {
