@@ -1,6 +1,9 @@
 package mux
 
 import (
+	"bytes"
+	"context"
+
 	"fmt"
 	"runtime"
 	"strings"
@@ -9,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -235,4 +239,38 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no gauge %s", name)
 	return 0
+}
+
+// TestUnfinishedMessageReclaimed: a session that ends in the middle of a
+// large message (its fragments read, its end never sent) lets its read
+// buffer go to the reclaimer, as does one whose large message is done:
+// memory no bound counts (a message being received) still goes back to
+// the system at once.
+func TestUnfinishedMessageReclaimed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	pending := func() int {
+		h.srv.reclaim.mu.Lock()
+		defer h.srv.reclaim.mu.Unlock()
+		return h.srv.reclaim.pending
+	}
+	c, err := dialRaw(h.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	w, err := c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const part = 4 << 20
+	if _, err := w.Write(bytes.Repeat([]byte(" "), part)); err != nil {
+		t.Fatal(err)
+	}
+	// A close frame after the fragments, in the same stream: the session
+	// reads them all, then ends with the message unfinished.
+	before := pending()
+	go c.Close(websocket.StatusNormalClosure, "")
+	eventually(t, "the unfinished message's buffer to be counted", func() bool { return pending() >= before+part })
 }

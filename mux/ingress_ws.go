@@ -110,6 +110,22 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 // refuses some frames (an unmasked one, at a message's start or within it)
 // without closing; RFC 6455 wants 1002 for them, as geth sends. Otherwise
 // the session's end closes it as usual (removeClient).
+// letGoReadBuffer returns a session's read buffer for the next message,
+// or nil when it grew past what a session keeps. A buffer of a large
+// message let go is counted to the reclaimer, so that the RSS of clients
+// sending (or leaving unfinished) messages of many MiB goes back to the
+// system at once rather than over minutes.
+func (s *Server) letGoReadBuffer(frame []byte) []byte {
+	if cap(frame) >= reclaimReadBuffer {
+		s.reclaim.released(cap(frame))
+	}
+	return reuse(frame, maxKeptSessionBuf)
+}
+
+// reclaimReadBuffer is the smallest read buffer whose release is worth
+// counting to the reclaimer (as a request of that size is, core.Released).
+const reclaimReadBuffer = 1 << 20
+
 func endRead(c *Client, err error) {
 	if brokeProtocol(err) {
 		c.shut(closeProtocolError, "protocol error")
@@ -142,6 +158,7 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn, k *clientKeepali
 			frame, err = readMessage(frame, r, limit)
 		}
 		if err != nil {
+			s.letGoReadBuffer(frame) // a message left unfinished, too
 			endRead(c, err)
 			return
 		}
@@ -156,10 +173,10 @@ func (s *Server) readWebSocket(c *Client, conn *websocket.Conn, k *clientKeepali
 			}
 			id, _ := f.ID()
 			s.refuseTooLarge(c, id)
-			frame = reuse(frame, maxKeptSessionBuf)
+			frame = s.letGoReadBuffer(frame)
 			continue
 		}
 		s.dispatch(c, frame)
-		frame = reuse(frame, maxKeptSessionBuf)
+		frame = s.letGoReadBuffer(frame)
 	}
 }
