@@ -153,7 +153,12 @@ func isUpgrade(r *http.Request) bool {
 }
 
 // hostAllowed checks the Host header against AllowedHosts ("*" allows any).
+// A request without one (HTTP/1.0) passes, as geth lets it: the check is
+// against DNS rebinding, and a browser always sends one.
 func (s *Server) hostAllowed(hostport string) bool {
+	if hostport == "" {
+		return true
+	}
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h

@@ -261,6 +261,12 @@ func TestIngressHTTPRawRequests(t *testing.T) {
 			status:  http.StatusRequestEntityTooLarge, body: "content length too large",
 		},
 		{
+			// No Host header (HTTP/1.0): geth serves it.
+			name:    "HTTP/1.0 without Host",
+			request: "POST / HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(call)) + "\r\n\r\n" + call,
+			status:  http.StatusOK, body: `"result":{"method":"eth_chainId"`,
+		},
+		{
 			// Upgrade without Connection: upgrade is no handshake.
 			name: "POST with an Upgrade header only",
 			request: "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nUpgrade: websocket\r\nConnection: close\r\n" +
