@@ -33,9 +33,11 @@ const coalesceIdleKeep = 1 << 20
 const flushChunk = 64 << 10
 
 // blockedWrite is how long a socket write must have taken to count as one
-// that waited for the socket: copying a chunk into a socket buffer with room
-// takes microseconds, so a write that took this long had to wait until the
-// peer acknowledged earlier bytes (see liveness).
+// that waited for the socket, where the socket cannot say whether it
+// pushed back (not TCP, or not Unix; see pushbackWriter): copying a chunk
+// into a socket buffer with room takes microseconds, so a write that took
+// this long most likely had to wait until the peer acknowledged earlier
+// bytes (see liveness). On a busy host it may only have waited for the CPU.
 const blockedWrite = time.Millisecond
 
 // flusherLinger is how long an idle flusher waits for more before it exits:
@@ -91,10 +93,15 @@ type coalescingConn struct {
 	// is nil: not a TCP socket, or the option failed once. Owned by the
 	// reading goroutine.
 	ackNow func() error
+
+	// writePushed writes a chunk and reports whether the socket pushed
+	// back (see pushbackWriter), or is nil: writes are then timed. Used by
+	// the flusher only.
+	writePushed func(p []byte) (bool, error)
 }
 
 func newCoalescingConn(c net.Conn) *coalescingConn {
-	cc := &coalescingConn{Conn: c, more: make(chan struct{}, 1), ackNow: quickAcker(c)}
+	cc := &coalescingConn{Conn: c, more: make(chan struct{}, 1), ackNow: quickAcker(c), writePushed: pushbackWriter(c)}
 	cc.drained.L = &cc.mu
 	return cc
 }
@@ -228,14 +235,29 @@ func (c *coalescingConn) waitMore(linger *time.Timer) bool {
 func (c *coalescingConn) writeOut(out []byte) error {
 	for len(out) > 0 {
 		n := min(len(out), flushChunk)
-		start := time.Now()
-		if _, err := c.Conn.Write(out[:n]); err != nil {
+		waited, err := c.writeChunk(out[:n])
+		if err != nil {
 			return err
 		}
 		out = out[n:]
-		if c.live != nil && time.Since(start) >= blockedWrite {
+		if waited && c.live != nil {
 			c.live.tookWrite() // the socket made room: the node is taking our bytes
 		}
 	}
 	return nil
+}
+
+// writeChunk writes p whole and reports whether it had to wait for the
+// socket to make room (see liveness): the socket says so where it can
+// (pushbackWriter); elsewhere a write that took blockedWrite is taken for
+// one.
+func (c *coalescingConn) writeChunk(p []byte) (waited bool, err error) {
+	if c.writePushed != nil {
+		return c.writePushed(p)
+	}
+	start := time.Now()
+	if _, err := c.Conn.Write(p); err != nil {
+		return false, err
+	}
+	return time.Since(start) >= blockedWrite, nil
 }
