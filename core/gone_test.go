@@ -175,9 +175,6 @@ func TestMemberLeavesKeyOfMany(t *testing.T) {
 	h.checkGauges()
 }
 
-// TestOrphanTableBounded: a client that connects, sends and leaves in a
-// loop cannot grow the orphan table past maxOrphans; what is past it is
-// not tracked (its answer counts as an unknown id).
 // TestOrphanExpiry: orphans expire in deadline order whatever order they
 // were recorded in, one answered meanwhile is not expired twice (nor is
 // another recorded under its id later), and the expiry heap stays bounded
@@ -230,6 +227,9 @@ func TestOrphanExpiry(t *testing.T) {
 	}
 }
 
+// TestOrphanTableBounded: a client that connects, sends and leaves in a
+// loop cannot grow the orphan table past maxOrphans; what is past it is
+// not tracked (its answer counts as an unknown id).
 func TestOrphanTableBounded(t *testing.T) {
 	var o orphanTable
 	for uid := range uint64(maxOrphans + 10) {

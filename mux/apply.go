@@ -22,7 +22,7 @@ func (s *Server) apply(e *core.Effects, up *upstreamConn, buf []byte) (lent bool
 	}
 	for _, id := range e.Slow {
 		if c := s.peer(id); c != nil {
-			c.slowConsumer()
+			c.slowConsumer("subscription pushes held past outbound_queue_bytes")
 		}
 	}
 	if len(e.Upstream) > 0 && up != nil && up.gen == e.Gen {

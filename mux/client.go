@@ -74,7 +74,11 @@ func (c *Client) send(seq uint64, m outMsg) {
 	ok, over := c.out.push(seq, m)
 	if !ok {
 		c.srv.release(&m)
-		c.slowConsumer()
+		why := "an answer past outbound_queue_bytes_total"
+		if m.push {
+			why = "a push past outbound_queue_bytes"
+		}
+		c.slowConsumer(why)
 		return
 	}
 	if c.autoWrite {
@@ -104,7 +108,7 @@ func (c *Client) watchStall() {
 				c.watchStall()
 			}
 		case c.writes.Load() == written:
-			c.slowConsumer()
+			c.slowConsumer("nothing taken for slow_consumer_timeout")
 		default:
 			c.watchStall()
 		}
@@ -112,12 +116,12 @@ func (c *Client) watchStall() {
 }
 
 // slowConsumer disconnects a client whose queue bound was hit, once.
-func (c *Client) slowConsumer() {
+func (c *Client) slowConsumer(why string) {
 	if c.ctx.Err() != nil {
 		return
 	}
 	c.srv.metrics.SlowConsumers.Inc()
-	c.srv.log.Warn("client too slow, disconnecting", "client", c.id, "transport", c.tr.name(), "queue_limit", c.out.limit)
+	c.srv.log.Warn("client too slow, disconnecting", "client", c.id, "transport", c.tr.name(), "why", why, "queue_limit", c.out.limit)
 	c.shut(closePolicyViolation, "slow consumer")
 }
 

@@ -243,9 +243,10 @@ func TestLargeAnswerPastReadLimit(t *testing.T) {
 }
 
 // TestSlowClientLargeAnswer: a client that does not read its 32 MB answer
-// holds up nobody (others get theirs meanwhile), and is cut once a second
-// one has taken its queue past the bound and it has taken nothing for
-// slow_consumer_timeout.
+// holds up nobody (others get theirs meanwhile). The first answer into its
+// empty queue is not held against it, a second one fits within its 40 MiB
+// bound, and it is cut once a third has taken its queue past the bound
+// and it has taken nothing for slow_consumer_timeout.
 func TestSlowClientLargeAnswer(t *testing.T) {
 	t.Parallel()
 	const answer = 32e6
@@ -289,6 +290,20 @@ func TestSlowClientLargeAnswer(t *testing.T) {
 		t.Fatalf("slow consumers = %v before the second answer", v)
 	}
 	slowSend(call(2))
+	eventually(t, "the second answer to be queued", func() bool {
+		n := 0
+		h.srv.peersMu.RLock()
+		for _, c := range h.srv.peers {
+			n = max(n, c.out.pending())
+		}
+		h.srv.peersMu.RUnlock()
+		return n >= 2*answer
+	})
+	good.barrier()
+	if v := counterValue(m.SlowConsumers); v != 0 {
+		t.Fatalf("slow consumers = %v with the second answer within the bound", v)
+	}
+	slowSend(call(3))
 	eventually(t, "the slow consumer to be cut", func() bool { return counterValue(m.SlowConsumers) == 1 })
 	eventually(t, "the slow session to end", func() bool { return len(h.clientIDs()) == 1 })
 	good.barrier()

@@ -45,6 +45,7 @@ type Metrics struct {
 	ClientSubs         prometheus.Gauge       // muxd_client_subscriptions
 	Pushes             prometheus.Counter     // muxd_pushes_delivered_total
 	SlowConsumers      prometheus.Counter     // muxd_slow_consumer_disconnects_total
+	QueuedPastBound    prometheus.Gauge       // muxd_outbound_queued_past_bound_bytes
 	PingTimeouts       prometheus.Counter     // muxd_client_ping_timeouts_total
 	Dropped            *prometheus.CounterVec // muxd_dropped_total{reason}
 	LimitHits          *prometheus.CounterVec // muxd_limit_exceeded_total{limit}
@@ -117,6 +118,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		SlowConsumers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "muxd_slow_consumer_disconnects_total", Help: "Clients disconnected as slow consumers: a push past outbound_queue_bytes, an answer past outbound_queue_bytes_total, or nothing taken for slow_consumer_timeout while past outbound_queue_bytes.",
 		}),
+		QueuedPastBound: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "muxd_outbound_queued_past_bound_bytes", Help: "Bytes clients' outbound queues hold past outbound_queue_bytes, all together (bounded by outbound_queue_bytes_total).",
+		}),
 		PingTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "muxd_client_ping_timeouts_total", Help: "WebSocket clients closed for answering no ping (client_ping_interval).",
 		}),
@@ -181,7 +185,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Clients, m.Requests, m.Responses, m.Latency, m.InFlight,
 			m.UpstreamConnected, m.UpstreamReconnects, m.Failovers, m.ChainMismatches, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
-			m.Pushes, m.SlowConsumers, m.PingTimeouts, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
+			m.Pushes, m.SlowConsumers, m.QueuedPastBound, m.PingTimeouts, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
 			m.ListenConnections, m.backfilled, m.BackfillGaps, m.BackfillDuration,
 			m.Coalesced, m.CacheHits, m.CacheMisses, m.CacheEvictions, m.CacheBytes, m.OrphanedCalls)
 	}

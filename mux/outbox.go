@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/muxd/muxd/router"
 )
 
@@ -93,10 +95,16 @@ type outbox struct {
 	pushes int               // of bytes, those of pushes
 	held   int               // parked
 	limit  int
-	budget *queueBudget
-	excess int // bytes past limit, charged to budget
-	closed bool
-	wake   chan struct{} // cap 1: something was queued
+	// exempt is the size of the message accepted into an empty queue, until
+	// it is written (the oldest, so in the next write): it is held against
+	// neither the bound nor the budget, so a single large answer cannot by
+	// itself make a client slow nor use up what others share.
+	exempt     int
+	exemptPush bool // that message is a push
+	budget     *queueBudget
+	excess     int // bytes past limit (exempt aside), charged to budget
+	closed     bool
+	wake       chan struct{} // cap 1: something was queued
 }
 
 // queueBudget bounds what all clients' queues hold past their own bound
@@ -104,22 +112,39 @@ type outbox struct {
 // calls may be slow to read them, but not so many that muxd's memory is at
 // risk. Safe for concurrent use.
 type queueBudget struct {
-	max  int64
-	used atomic.Int64
+	max   int64
+	used  atomic.Int64
+	gauge prometheus.Gauge // shows used; nil in tests
 }
 
 // take charges n bytes, or reports false (charging nothing) when that
 // would pass the budget.
 func (b *queueBudget) take(n int) bool {
-	if b.used.Add(int64(n)) > b.max {
-		b.used.Add(-int64(n))
-		return false
+	for {
+		used := b.used.Load()
+		if used+int64(n) > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(used, used+int64(n)) {
+			b.show()
+			return true
+		}
 	}
-	return true
 }
 
 // give returns n bytes (n may be negative: more charged, unchecked).
-func (b *queueBudget) give(n int) { b.used.Add(-int64(n)) }
+func (b *queueBudget) give(n int) {
+	b.used.Add(-int64(n))
+	b.show()
+}
+
+// show sets the gauge to what is used. Called only when that changes: a
+// queue past its bound.
+func (b *queueBudget) show() {
+	if b.gauge != nil {
+		b.gauge.Set(float64(b.used.Load()))
+	}
+}
 
 func newOutbox(limit int, budget *queueBudget) *outbox {
 	return &outbox{limit: limit, budget: budget, next: 1, wake: make(chan struct{}, 1)}
@@ -127,9 +152,9 @@ func newOutbox(limit int, budget *queueBudget) *outbox {
 
 // push queues m, the client's seq'th message. It reports false when the
 // queue is closed or m would take it past its bound (see outbox); the
-// queue is then closed. over reports whether the queue is now past limit
-// with more than m in it: a single large answer, however slow to write, is
-// not held against the client (see outbox), as before it came.
+// queue is then closed. over reports whether the queue is now past limit,
+// the message accepted into an empty queue aside (exempt): a single large
+// answer, however slow to write, is not held against the client.
 func (q *outbox) push(seq uint64, m outMsg) (ok, over bool) {
 	q.mu.Lock()
 	if q.closed {
@@ -145,6 +170,9 @@ func (q *outbox) push(seq uint64, m outMsg) (ok, over bool) {
 		q.held += n
 		q.mu.Unlock()
 		return true, false
+	}
+	if q.bytes == 0 {
+		q.exempt, q.exemptPush = n, m.push
 	}
 	if !q.fits(&m, n) {
 		q.closed = true
@@ -166,7 +194,7 @@ func (q *outbox) push(seq uint64, m outMsg) (ok, over bool) {
 		q.add(pm, pn)
 	}
 	q.settleLocked()
-	over = q.bytes > q.limit && q.bytes > n
+	over = q.overLocked()
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -179,13 +207,17 @@ func (q *outbox) push(seq uint64, m outMsg) (ok, over bool) {
 // charges what it takes the queue past limit to the shared budget. Called
 // with mu held.
 func (q *outbox) fits(m *outMsg, n int) bool {
+	pushes := q.pushes
+	if q.exemptPush {
+		pushes -= q.exempt
+	}
 	switch {
 	case q.bytes == 0:
 		return true
-	case m.push && q.pushes+n > q.limit:
+	case m.push && pushes+n > q.limit:
 		return false
 	}
-	if more := max(q.bytes+n-q.limit, 0) - q.excess; more > 0 {
+	if more := max(q.bytes+n-q.limit-q.exempt, 0) - q.excess; more > 0 {
 		if !q.budget.take(more) {
 			return false
 		}
@@ -200,7 +232,7 @@ func (q *outbox) fits(m *outMsg, n int) bool {
 func (q *outbox) settleLocked() {
 	want := 0
 	if !q.closed {
-		want = max(q.bytes-q.limit, 0)
+		want = max(q.bytes-q.limit-q.exempt, 0)
 	}
 	if d := q.excess - want; d != 0 {
 		q.budget.give(d)
@@ -219,13 +251,20 @@ func (q *outbox) add(m outMsg, n int) {
 }
 
 // take moves what is queued into dst (reused) and returns it: the oldest
-// messages, up to maxTake bytes or one message. The bytes stay counted
-// until done is called, so that a writer stuck on a client that does not
-// read still holds its share of the bound.
+// messages, up to maxTake bytes or one message, and only one while the
+// queue is past its bound, so that each message written shows the client
+// is taking them (Client.watchStall judges by writes done, as geth gives
+// each message its own write deadline). The bytes stay counted until done
+// is called, so that a writer stuck on a client that does not read still
+// holds its share of the bound.
 func (q *outbox) take(dst []outMsg) []outMsg {
 	q.mu.Lock()
+	most := maxTake
+	if q.overLocked() {
+		most = 0
+	}
 	k, size := 0, 0
-	for k < len(q.msgs) && (k == 0 || size+q.msgs[k].size() <= maxTake) {
+	for k < len(q.msgs) && (k == 0 || size+q.msgs[k].size() <= most) {
 		size += q.msgs[k].size()
 		k++
 	}
@@ -255,16 +294,20 @@ func (q *outbox) done(n, pushes int) {
 	q.mu.Lock()
 	q.bytes -= n
 	q.pushes -= pushes
+	q.exempt, q.exemptPush = 0, false // it was the oldest: in this write
 	q.settleLocked()
 	q.mu.Unlock()
 }
 
-// over reports whether more than limit bytes are queued or being written.
+// over reports whether more than limit bytes are queued or being written,
+// the message accepted into an empty queue aside (see exempt).
 func (q *outbox) over() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return !q.closed && q.bytes > q.limit
+	return q.overLocked()
 }
+
+func (q *outbox) overLocked() bool { return !q.closed && q.bytes-q.exempt > q.limit }
 
 // close stops the queue; later pushes fail.
 func (q *outbox) close() {
@@ -272,6 +315,7 @@ func (q *outbox) close() {
 	q.closed = true
 	q.msgs, q.parked = nil, nil
 	q.held = 0
+	q.exempt, q.exemptPush = 0, false
 	q.settleLocked()
 	q.mu.Unlock()
 }

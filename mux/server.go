@@ -89,6 +89,7 @@ func New(cfg Config) (*Server, error) {
 		upChanged: make(chan struct{}),
 		queued:    queueBudget{max: int64(cfg.OutboundQueueBytesTotal)},
 	}
+	s.queued.gauge = s.metrics.QueuedPastBound
 	backfill := cfg.BackfillBlocks
 	if backfill < 0 {
 		backfill = 0

@@ -70,7 +70,7 @@ var optionHelp = map[string]string{
 	"max_message_bytes":          "largest client message, bytes",
 	"max_subscriptions":          "subscriptions per client",
 	"max_waiting":                "requests held while no upstream is connected, all clients together",
-	"outbound_queue_bytes":       "bytes queued for a client: a subscription push past it cuts the client as a slow consumer; answers to its own calls may pass it (see outbound_queue_bytes_total, slow_consumer_timeout)",
+	"outbound_queue_bytes":       "bytes queued for a client (the first into an empty queue aside): a subscription push past it cuts the client as a slow consumer; answers to its own calls may pass it (see outbound_queue_bytes_total, slow_consumer_timeout)",
 	"outbound_queue_bytes_total": "what all clients' queues hold past outbound_queue_bytes together; a client whose answer would take them past it is cut as a slow consumer",
 	"slow_consumer_timeout":      "a client whose queue is past outbound_queue_bytes and that takes no message for this long is cut as a slow consumer (geth allows a write 10 s)",
 	"http_body_bytes":            "largest HTTP request body, bytes (413 past it)",
@@ -197,7 +197,7 @@ func defaultText(key string, f reflect.Value) string {
 // withBytes adds the size in MiB to a byte count's default.
 func withBytes(key string, n int64) string {
 	s := strconv.FormatInt(n, 10)
-	if (strings.HasSuffix(key, "_bytes") || key == "upstream_read_limit") && n >= 1<<20 && n%(1<<20) == 0 {
+	if (strings.HasSuffix(key, "_bytes") || strings.HasSuffix(key, "_bytes_total") || key == "upstream_read_limit") && n >= 1<<20 && n%(1<<20) == 0 {
 		s += fmt.Sprintf(", %d MiB", n>>20)
 	}
 	return s
