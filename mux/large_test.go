@@ -270,15 +270,7 @@ func TestSlowClientLargeAnswer(t *testing.T) {
 	slowSend(call(1))
 	// Its answer is queued (the first is always accepted) and its writer
 	// is stuck on the full socket: others are served meanwhile.
-	eventually(t, "the slow client's answer to be queued", func() bool {
-		n := 0
-		h.srv.peersMu.RLock()
-		for _, c := range h.srv.peers {
-			n = max(n, c.out.pending())
-		}
-		h.srv.peersMu.RUnlock()
-		return n >= answer
-	})
+	eventually(t, "the slow client's answer to be queued", func() bool { return maxPending(h.srv) >= answer })
 	for id := range 3 {
 		got := good.call(call(100 + id))
 		if len(got) < answer {
@@ -290,15 +282,7 @@ func TestSlowClientLargeAnswer(t *testing.T) {
 		t.Fatalf("slow consumers = %v before the second answer", v)
 	}
 	slowSend(call(2))
-	eventually(t, "the second answer to be queued", func() bool {
-		n := 0
-		h.srv.peersMu.RLock()
-		for _, c := range h.srv.peers {
-			n = max(n, c.out.pending())
-		}
-		h.srv.peersMu.RUnlock()
-		return n >= 2*answer
-	})
+	eventually(t, "the second answer to be queued", func() bool { return maxPending(h.srv) >= 2*answer })
 	good.barrier()
 	if v := counterValue(m.SlowConsumers); v != 0 {
 		t.Fatalf("slow consumers = %v with the second answer within the bound", v)
@@ -310,4 +294,16 @@ func TestSlowClientLargeAnswer(t *testing.T) {
 	if got := good.call(call(200)); len(got) < answer {
 		t.Fatalf("good client after the cut: %d bytes", len(got))
 	}
+}
+
+// maxPending is the most bytes any client of s has queued, parked or being
+// written.
+func maxPending(s *Server) int {
+	n := 0
+	s.peersMu.RLock()
+	defer s.peersMu.RUnlock()
+	for _, c := range s.peers {
+		n = max(n, c.out.pending())
+	}
+	return n
 }

@@ -19,12 +19,8 @@ import (
 // into a socket with room waits for the CPU as long as one into a full
 // socket waits for the peer.
 func pushbackWriter(c net.Conn) func(p []byte) (pushedBack bool, err error) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
+	rc := rawTCP(c)
+	if rc == nil {
 		return nil
 	}
 	var (

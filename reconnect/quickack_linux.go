@@ -10,12 +10,8 @@ import (
 // socket. The function is called by c's one reading goroutine; it does not
 // allocate.
 func quickAcker(c net.Conn) func() error {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
+	rc := rawTCP(c)
+	if rc == nil {
 		return nil
 	}
 	var setErr error
