@@ -393,6 +393,45 @@ func TestKeepaliveJudgesPingByItsOwnHearing(t *testing.T) {
 	}
 }
 
+// TestKeepaliveQuietJustAfterUnheard: a node last heard a moment before
+// its last sign of life (an answer, then a push 50 ms later), then silent,
+// is dropped once it has been quiet for interval with a ping unanswered
+// for timeout, not a round later: the round begun for want of hearing
+// alone judges it. (Found with real geth behind a frozen proxy path: the
+// connection was replaced after 35 s instead of 25.)
+func TestKeepaliveQuietJustAfterUnheard(t *testing.T) {
+	const (
+		interval = time.Second
+		timeout  = 2 * time.Second
+		lastPush = 50 * time.Millisecond
+	)
+	synctest.Test(t, func(t *testing.T) {
+		live := newLiveness()
+		live.hears() // an answer at 0
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		node := &unansweredPinger{closed: make(chan struct{})}
+		defer node.CloseNow()
+		start := time.Now()
+		result := make(chan error, 1)
+		go func() { result <- keepalive(ctx, node, live, interval, timeout) }()
+		time.Sleep(lastPush)
+		live.progressed() // a push, then nothing
+		select {
+		case err := <-result:
+			lived := time.Since(start)
+			if !errors.Is(err, ErrPingTimeout) || !strings.Contains(err.Error(), "nothing from the node") {
+				t.Errorf("err = %v, want ErrPingTimeout for a silent node", err)
+			}
+			if lived > interval+timeout+lastPush {
+				t.Errorf("dropped after %s, want by %s (quiet since %s)", lived, interval+timeout+lastPush, lastPush)
+			}
+		case <-time.After(3 * (interval + timeout)):
+			t.Fatal("a silent node was kept")
+		}
+	})
+}
+
 // unansweredPinger is a connection whose pings never get a pong: each
 // waits out its context. closed is closed by CloseNow.
 type unansweredPinger struct {
