@@ -106,10 +106,10 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 // decimal.
 const maxUpstreamIDLen = 20
 
-// errTooLargeForNode refuses a request whose upstream frame would pass
-// Config.MaxUpstreamMessage: the same answer as a client message past
-// max_message_bytes.
-var errTooLargeForNode = router.ErrorLimit.Because("message too large")
+// ErrMessageTooLarge refuses a message too large to take: a client
+// message past max_message_bytes (the shell's refusal), or a request whose
+// upstream frame would pass Config.MaxUpstreamMessage.
+var ErrMessageTooLarge = router.ErrorLimit.Because("message too large")
 
 // methodMemo is the method of the last message of a frame that had one,
 // and the deny policy's verdict on it: the elements of a batch mostly call
@@ -179,7 +179,7 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	// nothing may always send one request, whatever its size: the
 	// message limit bounds that. An eth_unsubscribe always passes: it
 	// gives back what a subscription holds.
-	if method != methodUnsubscribe && c.overHeld(cl, len(elem)+len(id)+20) {
+	if method != methodUnsubscribe && c.overHeld(cl, len(elem)+len(id)+maxUpstreamIDLen) {
 		return c.errorBytes(id, errHeldBytes)
 	}
 	// Its upstream frame: the element with the client's id rewritten (or,
@@ -188,7 +188,7 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	// shared connection, failing everyone's calls in flight.
 	if lim := c.cfg.MaxUpstreamMessage; lim > 0 && len(elem)-idSpan.Len+maxUpstreamIDLen > lim {
 		c.obs.Limit("message_size")
-		return c.errorBytes(id, errTooLargeForNode)
+		return c.errorBytes(id, ErrMessageTooLarge)
 	}
 	p := router.Pending{
 		Client:   cl.id,

@@ -28,9 +28,9 @@ type Config struct {
 	// is refused (-32005), and a client batch goes as arrays that do not
 	// pass it. 0: no limit.
 	MaxUpstreamMessage int
-	MaxBatch         int           // elements in one client batch
-	MaxInFlight      int           // one client's requests in flight
-	MaxHeldBytes     int           // one client's request bytes held
+	MaxBatch           int // elements in one client batch
+	MaxInFlight        int // one client's requests in flight
+	MaxHeldBytes       int // one client's request bytes held
 	// MaxHeldBytesTotal bounds the request bytes held for all clients
 	// together; <= 0: no bound.
 	MaxHeldBytesTotal int

@@ -49,6 +49,22 @@ func readMessage(dst []byte, r io.Reader, max int64) ([]byte, error) {
 	}
 }
 
+// letGoReadBuffer returns a session's read buffer for the next message,
+// or nil when it grew past what a session keeps. A buffer of a large
+// message let go is counted to the reclaimer, so that the RSS of clients
+// sending (or leaving unfinished) messages of many MiB goes back to the
+// system at once rather than over minutes.
+func (s *Server) letGoReadBuffer(frame []byte) []byte {
+	if cap(frame) >= reclaimReadBuffer {
+		s.reclaim.released(cap(frame))
+	}
+	return reuse(frame, maxKeptSessionBuf)
+}
+
+// reclaimReadBuffer is the smallest read buffer whose release is worth
+// counting to the reclaimer (as a request of that size is, core.Released).
+const reclaimReadBuffer = 1 << 20
+
 // reuse returns s emptied for reuse, or nil when its capacity is past
 // maxCap.
 func reuse[T any](s []T, maxCap int) []T {

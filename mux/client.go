@@ -300,9 +300,10 @@ func (w *messageWriter) messages(batch []outMsg) (msgs [][]byte, n, pushes int) 
 			start = w.spans[k]
 			k++
 		}
-		n += m.size()
+		size := m.size()
+		n += size
 		if m.push {
-			pushes += m.size()
+			pushes += size
 		}
 	}
 	return w.msgs, n, pushes

@@ -3,6 +3,7 @@ package mux
 import (
 	"time"
 
+	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/router"
 )
 
@@ -38,11 +39,8 @@ func (s *Server) refuse(c *Client, id []byte, e router.RPCError) {
 // max_message_bytes, under its request's id (nil: null).
 func (s *Server) refuseTooLarge(c *Client, id []byte) {
 	s.metrics.limit("message_size")
-	s.refuse(c, id, errMessageTooLarge)
+	s.refuse(c, id, core.ErrMessageTooLarge)
 }
-
-// errMessageTooLarge refuses a client message over max_message_bytes.
-var errMessageTooLarge = router.ErrorLimit.Because("message too large")
 
 // maxKeptScan is the largest scan buffer a session keeps between frames.
 // (Message is 144 bytes; append rounds a growing slice up to its size

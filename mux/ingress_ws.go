@@ -110,22 +110,6 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 // refuses some frames (an unmasked one, at a message's start or within it)
 // without closing; RFC 6455 wants 1002 for them, as geth sends. Otherwise
 // the session's end closes it as usual (removeClient).
-// letGoReadBuffer returns a session's read buffer for the next message,
-// or nil when it grew past what a session keeps. A buffer of a large
-// message let go is counted to the reclaimer, so that the RSS of clients
-// sending (or leaving unfinished) messages of many MiB goes back to the
-// system at once rather than over minutes.
-func (s *Server) letGoReadBuffer(frame []byte) []byte {
-	if cap(frame) >= reclaimReadBuffer {
-		s.reclaim.released(cap(frame))
-	}
-	return reuse(frame, maxKeptSessionBuf)
-}
-
-// reclaimReadBuffer is the smallest read buffer whose release is worth
-// counting to the reclaimer (as a request of that size is, core.Released).
-const reclaimReadBuffer = 1 << 20
-
 func endRead(c *Client, err error) {
 	if brokeProtocol(err) {
 		c.shut(closeProtocolError, "protocol error")

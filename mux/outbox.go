@@ -264,9 +264,12 @@ func (q *outbox) take(dst []outMsg) []outMsg {
 		most = 0
 	}
 	k, size := 0, 0
-	for k < len(q.msgs) && (k == 0 || size+q.msgs[k].size() <= most) {
-		size += q.msgs[k].size()
-		k++
+	for ; k < len(q.msgs); k++ {
+		n := q.msgs[k].size()
+		if k > 0 && size+n > most {
+			break
+		}
+		size += n
 	}
 	dst = append(dst[:0], q.msgs[:k]...)
 	clear(q.msgs[:k])

@@ -54,11 +54,11 @@ type Server struct {
 	// guarded by mu.
 	upChanged chan struct{}
 
-	// peers finds a session by id for the deliveries of the core.
 	// queued is what clients' outbound queues hold past their own bound,
 	// all together (outbox); any goroutine.
 	queued queueBudget
 
+	// peers finds a session by id for the deliveries of the core.
 	peersMu sync.RWMutex
 	peers   map[router.ClientID]*Client
 

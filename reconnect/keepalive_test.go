@@ -395,9 +395,8 @@ func TestKeepaliveJudgesPingByItsOwnHearing(t *testing.T) {
 
 // TestKeepaliveQuietJustAfterUnheard: a node last heard a moment before
 // its last sign of life (an answer, then a push 50 ms later), then silent,
-// is dropped once it has been quiet for interval with a ping unanswered
-// for timeout, not a round later: the round begun for want of hearing
-// alone judges it. (Found with real geth behind a frozen proxy path: the
+// is dropped interval+timeout after that sign, its ping unanswered, not a
+// round later: the round begun for want of hearing alone judges it. (Found with real geth behind a frozen proxy path: the
 // connection was replaced after 35 s instead of 25.)
 func TestKeepaliveQuietJustAfterUnheard(t *testing.T) {
 	const (

@@ -217,35 +217,26 @@ func (u *UpstreamBatch) NextArrays(dst [][]byte, max, maxBytes int) [][]byte {
 		return append(dst, append(u.arena, ']'))
 	}
 	for u.owed == 0 && u.next < len(u.elems) {
-		end := len(u.elems)
-		if max > 0 && end-u.next > max {
-			end = u.next + max
-		}
-		if maxBytes > 0 {
-			took, size := 0, 1
-			for i := u.next; i < end; i++ {
-				if e := &u.elems[i]; !e.settled {
-					if took > 0 && size+len(e.frame)+1 > maxBytes {
-						end = i
-						break
-					}
-					took++
-					size += len(e.frame) + 1
-				}
+		// The array's elements: up to max of them, settled ones included,
+		// and, past the first one not settled, none that would take it
+		// past maxBytes.
+		end, n, size := u.next, 0, 1
+		for ; end < len(u.elems) && (max <= 0 || end-u.next < max); end++ {
+			e := &u.elems[end]
+			if e.settled {
+				continue
+			}
+			if maxBytes > 0 && n > 0 && size+len(e.frame)+1 > maxBytes {
+				break
+			}
+			n++
+			size += len(e.frame) + 1
+			if e.id != 0 {
+				u.owed++
 			}
 		}
 		u.from = u.next
 		u.next = end
-		n, size := 0, 1
-		for i := u.from; i < end; i++ {
-			if e := &u.elems[i]; !e.settled {
-				n++
-				size += len(e.frame) + 1
-				if e.id != 0 {
-					u.owed++
-				}
-			}
-		}
 		switch n {
 		case 0:
 			continue
