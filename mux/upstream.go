@@ -8,16 +8,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/reconnect"
 	"github.com/muxd/muxd/router"
 )
 
-// upstreamConn is one connection to an upstream node. Writes may come from
-// any goroutine (coder/websocket serializes them); exactly one goroutine,
-// serveUpstream, reads it.
+// upstreamConn is one connection to an upstream node. Any goroutine may
+// send on it (send, through sq, makes one goroutine at a time its writer);
+// exactly one goroutine, serveUpstream, reads it.
 type upstreamConn struct {
 	*reconnect.Conn
 	ctx  context.Context
@@ -40,30 +38,7 @@ type upstreamConn struct {
 	msgs      []router.Message // scan buffer, owned by the reader
 	eff       *core.Effects    // the reader's core effects, owned by the reader
 	failed    sync.Once
-}
-
-// send writes frames upstream, in order. A write error means the connection
-// is broken: it is closed, so that the reader fails and the connection is
-// replaced. The requests written are then dealt with by the loss handling,
-// like every other request in flight on it. send on a nil connection does
-// nothing (the requests were queued to wait instead).
-func (u *upstreamConn) send(frames ...[]byte) {
-	if u == nil {
-		return
-	}
-	for _, f := range frames {
-		// Not u.ctx: coder/websocket watches a cancellable context with
-		// an AfterFunc on every call, a real cost per frame; the
-		// connection is closed to stop a write instead (readUpstream).
-		if err := u.Write(context.Background(), websocket.MessageText, f); err != nil {
-			u.failed.Do(func() {
-				u.srv.log.Warn("upstream write failed", "gen", u.Gen, "err", err)
-				u.CloseNow()
-			})
-			return
-		}
-		u.srv.metrics.UpstreamFramesOut.Inc()
-	}
+	sq        sendQueue // the messages to write, and who writes them
 }
 
 // serveUpstream runs for the life of one connection of upstream n: it

@@ -1,0 +1,115 @@
+package mux
+
+import (
+	"context"
+	"sync"
+
+	"github.com/coder/websocket"
+)
+
+// maxKeptSendQueue bounds the buffer an upstream send queue keeps between
+// bursts: a burst that queued a large request lets its buffer go.
+const maxKeptSendQueue = 1 << 20
+
+// sendQueue gives an upstream connection one writer goroutine at a time.
+// send copies its messages into the queue and returns at once; the first
+// send into an empty queue starts a writer, which writes until the queue is
+// empty and then exits.
+//
+// Why: coder/websocket serializes a connection's writers with a lock handed
+// from one goroutine to the next. When every client's reader wrote its own
+// requests upstream, dozens of readers queued on that lock in bench (c),
+// and each hand-over waited for the next owner to be scheduled. Copying a
+// request into the queue costs far less than such a wait, and the writer
+// writes whatever has queued meanwhile in one go.
+//
+// Messages of one send call go in order, and calls in the order they
+// queue. mu guards every field; the writer owns the buffers it has swapped
+// out until it gives them back as the spares.
+type sendQueue struct {
+	mu      sync.Mutex
+	writing bool   // a writer goroutine is running
+	buf     []byte // queued messages, back to back
+	ends    []int  // the end of each queued message in buf
+	spare   []byte // the writer's last buffer, for the next swap
+	spareEn []int  // the same for ends
+	broken  bool   // a write failed: the rest is dropped
+}
+
+// send writes frames upstream on u, in order (see sendQueue); the caller
+// may reuse them once send returns. A write error means the connection is
+// broken: it is closed, so that the reader fails and the connection is
+// replaced, and whatever is still queued is dropped. The requests written
+// or dropped are then dealt with by the loss handling, like every other
+// request in flight on it. send on a nil connection does nothing (the
+// requests were queued to wait instead).
+func (u *upstreamConn) send(frames ...[]byte) {
+	if u == nil || len(frames) == 0 {
+		return
+	}
+	q := &u.sq
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.broken {
+		return
+	}
+	for _, f := range frames {
+		q.buf = append(q.buf, f...)
+		q.ends = append(q.ends, len(q.buf))
+	}
+	if !q.writing {
+		q.writing = true
+		go u.writeQueued()
+	}
+}
+
+// writeQueued is the writer: it writes what is queued until the queue is
+// empty, or drops it all once a write fails.
+func (u *upstreamConn) writeQueued() {
+	q := &u.sq
+	ok := true
+	for {
+		q.mu.Lock()
+		if !ok {
+			q.broken = true
+			q.buf, q.ends = nil, nil
+		}
+		if len(q.ends) == 0 {
+			q.writing = false
+			q.mu.Unlock()
+			return
+		}
+		buf, ends := q.buf, q.ends
+		q.buf, q.ends = q.spare[:0], q.spareEn[:0]
+		q.mu.Unlock()
+
+		from := 0
+		for _, end := range ends {
+			if ok = u.writeFrame(buf[from:end]); !ok {
+				break
+			}
+			from = end
+		}
+
+		q.mu.Lock()
+		q.spare, q.spareEn = reuse(buf, maxKeptSendQueue), reuse(ends, maxKeptSendQueue/64)
+		q.mu.Unlock()
+	}
+}
+
+// writeFrame writes one message upstream; on failure it closes the
+// connection (once) and reports false.
+func (u *upstreamConn) writeFrame(f []byte) bool {
+	// Not u.ctx: coder/websocket watches a cancellable context with an
+	// AfterFunc on every call, a real cost per frame; the connection is
+	// closed to stop a write instead (readUpstream).
+	if err := u.Write(context.Background(), websocket.MessageText, f); err != nil {
+		u.failed.Do(func() {
+			u.srv.log.Warn("upstream write failed", "gen", u.Gen, "err", err)
+			u.CloseNow()
+		})
+		return false
+	}
+	u.srv.metrics.UpstreamFramesOut.Inc()
+	return true
+}
