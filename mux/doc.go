@@ -34,8 +34,10 @@
 //     push fanned out is copied once and each subscriber's writer splices
 //     its own subscription id in, a whole batch's answer comes back in the
 //     buffer its request array was laid out in, which returns to
-//     arenas.go's pool once written; frames are written upstream; notes
-//     are logged.
+//     arenas.go's pool once written; frames for the node are copied into
+//     the connection's send queue (upstream_send.go), whose one writer
+//     goroutine, started while there is something to write, writes them
+//     in the order they queued; notes are logged.
 //   - timeouts.go ticks the core's clock (deadlines, backfill timers).
 //
 // Locking: Server.mu is held around each core call and nothing else: no

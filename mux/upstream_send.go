@@ -11,24 +11,27 @@ import (
 // bursts: a burst that queued a large request lets its buffer go.
 const maxKeptSendQueue = 1 << 20
 
-// sendQueue gives an upstream connection one writer goroutine at a time.
-// send copies its messages into the queue and returns at once; the first
-// send into an empty queue starts a writer, which writes until the queue is
-// empty and then exits.
+// sendQueue gives an upstream connection one writer at a time. A send
+// while no one writes makes its caller the writer: it writes its own
+// frames, from its own memory, and leaves whatever others queued meanwhile
+// to a writer goroutine, which writes until the queue is empty and then
+// exits. A send while someone writes copies its frames into the queue and
+// returns at once.
 //
 // Why: coder/websocket serializes a connection's writers with a lock handed
 // from one goroutine to the next. When every client's reader wrote its own
 // requests upstream, dozens of readers queued on that lock in bench (c),
 // and each hand-over waited for the next owner to be scheduled. Copying a
 // request into the queue costs far less than such a wait, and the writer
-// writes whatever has queued meanwhile in one go.
+// goroutine writes whatever has queued in one go. A lone request is still
+// written by its client's reader, with no hand-over (bench (a)).
 //
-// Messages of one send call go in order, and calls in the order they
-// queue. mu guards every field; the writer owns the buffers it has swapped
-// out until it gives them back as the spares.
+// Frames of one send go in order, and sends in the order they take the
+// queue's lock. mu guards every field; the writer owns the buffers it has
+// swapped out until it gives them back as the spares.
 type sendQueue struct {
 	mu      sync.Mutex
-	writing bool   // a writer goroutine is running
+	writing bool   // a sender or the writer goroutine is writing
 	buf     []byte // queued messages, back to back
 	ends    []int  // the end of each queued message in buf
 	spare   []byte // the writer's last buffer, for the next swap
@@ -49,31 +52,47 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	}
 	q := &u.sq
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.broken {
+		q.mu.Unlock()
 		return
 	}
+	if q.writing {
+		// The caller's frames may be reused once send returns: copy.
+		for _, f := range frames {
+			q.buf = append(q.buf, f...)
+			q.ends = append(q.ends, len(q.buf))
+		}
+		q.mu.Unlock()
+		return
+	}
+	q.writing = true
+	q.mu.Unlock()
+	ok := true
 	for _, f := range frames {
-		q.buf = append(q.buf, f...)
-		q.ends = append(q.ends, len(q.buf))
+		if ok = u.writeFrame(f); !ok {
+			break
+		}
 	}
-	if !q.writing {
-		q.writing = true
-		go u.writeQueued()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !ok {
+		q.breakLocked()
 	}
+	if len(q.ends) == 0 {
+		q.writing = false
+		return
+	}
+	// Others queued while this caller wrote: a goroutine of its own
+	// writes them, so that this client's reader goes back to its client.
+	go u.writeQueued()
 }
 
-// writeQueued is the writer: it writes what is queued until the queue is
-// empty, or drops it all once a write fails.
+// writeQueued is the writer goroutine: it writes what is queued until the
+// queue is empty, or drops it all once a write fails.
 func (u *upstreamConn) writeQueued() {
 	q := &u.sq
-	ok := true
 	for {
 		q.mu.Lock()
-		if !ok {
-			q.broken = true
-			q.buf, q.ends = nil, nil
-		}
 		if len(q.ends) == 0 {
 			q.writing = false
 			q.mu.Unlock()
@@ -83,7 +102,7 @@ func (u *upstreamConn) writeQueued() {
 		q.buf, q.ends = q.spare[:0], q.spareEn[:0]
 		q.mu.Unlock()
 
-		from := 0
+		ok, from := true, 0
 		for _, end := range ends {
 			if ok = u.writeFrame(buf[from:end]); !ok {
 				break
@@ -93,8 +112,18 @@ func (u *upstreamConn) writeQueued() {
 
 		q.mu.Lock()
 		q.spare, q.spareEn = reuse(buf, maxKeptSendQueue), reuse(ends, maxKeptSendQueue/64)
+		if !ok {
+			q.breakLocked()
+		}
 		q.mu.Unlock()
 	}
+}
+
+// breakLocked records a failed write: what is queued is dropped, and so
+// is every later send.
+func (q *sendQueue) breakLocked() {
+	q.broken = true
+	q.buf, q.ends = nil, nil
 }
 
 // writeFrame writes one message upstream; on failure it closes the

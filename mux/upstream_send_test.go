@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -137,6 +138,26 @@ func TestUpstreamSendConcurrent(t *testing.T) {
 		defer u.sq.mu.Unlock()
 		return !u.sq.writing && len(u.sq.ends) == 0
 	})
+}
+
+// TestUpstreamSendLoneIsInline: a send while no one writes is written by
+// its caller before send returns: no writer goroutine, no hand-over for a
+// lone request.
+func TestUpstreamSendLoneIsInline(t *testing.T) {
+	u, got, _ := sendTestConn(t)
+	for i := range 3 {
+		frame := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"eth_chainId"}`, i)
+		u.send(frame)
+		u.sq.mu.Lock()
+		writing, queued := u.sq.writing, len(u.sq.ends)
+		u.sq.mu.Unlock()
+		if writing || queued != 0 {
+			t.Fatalf("send %d returned with writing %v, %d queued; want it written", i, writing, queued)
+		}
+		if msg := <-got; !bytes.Equal(msg, frame) {
+			t.Fatalf("node got %q, want %q", msg, frame)
+		}
+	}
 }
 
 // TestUpstreamSendAfterFailure: once a write fails, the connection is
