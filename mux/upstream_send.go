@@ -11,6 +11,14 @@ import (
 // bursts: a burst that queued a large request lets its buffer go.
 const maxKeptSendQueue = 1 << 20
 
+// sendQueueLimit is how much a send queue holds before a send waits for the
+// writer to take it: while the node does not read, the writer waits on the
+// socket (behind reconnect's own bounded buffer), and senders wait here, as
+// they waited on the socket before there was a queue. A send that finds at
+// most this much queued appends all its frames, so a frame of any size goes
+// through once the queue ahead of it has been taken.
+const sendQueueLimit = 4 << 20
+
 // sendQueue gives an upstream connection one writer at a time. A send
 // while no one writes makes its caller the writer: it writes its own
 // frames, from its own memory, and leaves whatever others queued meanwhile
@@ -37,6 +45,9 @@ type sendQueue struct {
 	spare   []byte // the writer's last buffer, for the next swap
 	spareEn []int  // the same for ends
 	broken  bool   // a write failed: the rest is dropped
+	// taken is broadcast when the writer takes the queue, breaks or
+	// exits: a send waiting on a full queue looks again.
+	taken sync.Cond
 }
 
 // send writes frames upstream on u, in order (see sendQueue); the caller
@@ -52,6 +63,12 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	}
 	q := &u.sq
 	q.mu.Lock()
+	for q.writing && !q.broken && len(q.buf) > sendQueueLimit {
+		if q.taken.L == nil {
+			q.taken.L = &q.mu
+		}
+		q.taken.Wait()
+	}
 	if q.broken {
 		q.mu.Unlock()
 		return
@@ -80,6 +97,7 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	}
 	if len(q.ends) == 0 {
 		q.writing = false
+		q.wakeSenders()
 		return
 	}
 	// Others queued while this caller wrote: a goroutine of its own
@@ -95,11 +113,13 @@ func (u *upstreamConn) writeQueued() {
 		q.mu.Lock()
 		if len(q.ends) == 0 {
 			q.writing = false
+			q.wakeSenders()
 			q.mu.Unlock()
 			return
 		}
 		buf, ends := q.buf, q.ends
 		q.buf, q.ends = q.spare[:0], q.spareEn[:0]
+		q.wakeSenders()
 		q.mu.Unlock()
 
 		ok, from := true, 0
@@ -124,6 +144,14 @@ func (u *upstreamConn) writeQueued() {
 func (q *sendQueue) breakLocked() {
 	q.broken = true
 	q.buf, q.ends = nil, nil
+	q.wakeSenders()
+}
+
+// wakeSenders wakes the sends waiting on a full queue; under mu.
+func (q *sendQueue) wakeSenders() {
+	if q.taken.L != nil {
+		q.taken.Broadcast()
+	}
 }
 
 // writeFrame writes one message upstream; on failure it closes the

@@ -25,6 +25,15 @@ import (
 // the connection (to cut it).
 func sendTestConn(t *testing.T) (*upstreamConn, <-chan []byte, <-chan *websocket.Conn) {
 	t.Helper()
+	open := make(chan struct{})
+	close(open)
+	return sendTestConnGated(t, open)
+}
+
+// sendTestConnGated is sendTestConn with a node that reads nothing until
+// gate is closed.
+func sendTestConnGated(t *testing.T, gate <-chan struct{}) (*upstreamConn, <-chan []byte, <-chan *websocket.Conn) {
+	t.Helper()
 	got := make(chan []byte, 1<<14)
 	nodeSide := make(chan *websocket.Conn, 1)
 	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -35,6 +44,7 @@ func sendTestConn(t *testing.T) (*upstreamConn, <-chan []byte, <-chan *websocket
 		defer c.CloseNow()
 		c.SetReadLimit(64 << 20)
 		nodeSide <- c
+		<-gate
 		for {
 			_, msg, err := c.Read(context.Background())
 			if err != nil {
@@ -157,6 +167,61 @@ func TestUpstreamSendLoneIsInline(t *testing.T) {
 		if msg := <-got; !bytes.Equal(msg, frame) {
 			t.Fatalf("node got %q, want %q", msg, frame)
 		}
+	}
+}
+
+// TestUpstreamSendQueueBounded: while the node reads nothing, the writer
+// waits on the socket, and the queue holds at most sendQueueLimit plus one
+// send before the next send waits; once the node reads, every frame
+// arrives intact, in each sender's order.
+func TestUpstreamSendQueueBounded(t *testing.T) {
+	gate := make(chan struct{})
+	u, got, _ := sendTestConnGated(t, gate)
+	// Far past the socket's buffers and the limit: the first sender to
+	// write waits on the socket, the others fill the queue.
+	const senders, perSender, size = 4, 10, 1 << 20
+	var (
+		mu   sync.Mutex
+		peak int
+		wg   sync.WaitGroup
+	)
+	for s := range senders {
+		wg.Go(func() {
+			var f []byte
+			for k := range perSender {
+				f = sendTestFrame(f, s, k, size)
+				u.send(f)
+				u.sq.mu.Lock()
+				n := len(u.sq.buf)
+				u.sq.mu.Unlock()
+				mu.Lock()
+				peak = max(peak, n)
+				mu.Unlock()
+			}
+		})
+	}
+	testnode.Poll(t, "the queue to pass its limit", func() bool {
+		u.sq.mu.Lock()
+		defer u.sq.mu.Unlock()
+		return len(u.sq.buf) > sendQueueLimit
+	})
+	close(gate)
+	next := make([]int, senders)
+	var want []byte
+	for range senders * perSender {
+		msg := <-got
+		s, k := int(binary.BigEndian.Uint64(msg)), int(binary.BigEndian.Uint64(msg[8:]))
+		if s >= senders || k != next[s] {
+			t.Fatalf("got sender %d message %d out of order", s, k)
+		}
+		next[s]++
+		if want = sendTestFrame(want, s, k, size); !bytes.Equal(msg, want) {
+			t.Fatalf("sender %d message %d: %d bytes differ from the %d sent", s, k, len(msg), len(want))
+		}
+	}
+	wg.Wait()
+	if peak > sendQueueLimit+size {
+		t.Fatalf("the queue held %d bytes, past its limit %d plus one send (%d)", peak, sendQueueLimit, size)
 	}
 }
 
