@@ -7,24 +7,26 @@ import (
 	"github.com/coder/websocket"
 )
 
-// maxKeptSendQueue bounds the buffer an upstream send queue keeps between
-// bursts: a burst that queued a large request lets its buffer go.
-const maxKeptSendQueue = 1 << 20
+// maxKeptSendQueue bounds each of the two buffers an upstream send queue
+// keeps between bursts (a burst in bench (c) queues tens of KiB): a burst
+// that queued a large request lets its buffer go.
+const maxKeptSendQueue = 256 << 10
 
-// sendQueueLimit is how much a send queue holds before a send waits for the
-// writer to take it: while the node does not read, the writer waits on the
-// socket (behind reconnect's own bounded buffer), and senders wait here, as
-// they waited on the socket before there was a queue. A send that finds at
-// most this much queued appends all its frames, so a frame of any size goes
-// through once the queue ahead of it has been taken.
-const sendQueueLimit = 4 << 20
+// sendQueueLimit is how much a send queue holds, queued and being written,
+// before a send waits for the writer to finish what it took: while the node
+// does not read, the writer waits on the socket (behind reconnect's own
+// buffer of 4 MiB), and senders wait here, as they waited on the socket
+// before there was a queue. A send that finds at most this much appends
+// all its frames, so a frame of any size goes through once what is ahead
+// of it has been written.
+const sendQueueLimit = 2 << 20
 
 // sendQueue gives an upstream connection one writer at a time. A send
 // while no one writes makes its caller the writer: it writes its own
 // frames, from its own memory, and leaves whatever others queued meanwhile
 // to a writer goroutine, which writes until the queue is empty and then
 // exits. A send while someone writes copies its frames into the queue and
-// returns at once.
+// returns, at once unless the queue is full (sendQueueLimit).
 //
 // Why: coder/websocket serializes a connection's writers with a lock handed
 // from one goroutine to the next. When every client's reader wrote its own
@@ -45,9 +47,12 @@ type sendQueue struct {
 	spare   []byte // the writer's last buffer, for the next swap
 	spareEn []int  // the same for ends
 	broken  bool   // a write failed: the rest is dropped
-	// taken is broadcast when the writer takes the queue, breaks or
-	// exits: a send waiting on a full queue looks again.
-	taken sync.Cond
+	// writingQueued is the size of the batch the writer goroutine took
+	// and is writing: it counts against sendQueueLimit until written.
+	writingQueued int
+	// written is broadcast when the writer has written a batch, breaks
+	// or exits: a send waiting on a full queue looks again.
+	written sync.Cond
 }
 
 // send writes frames upstream on u, in order (see sendQueue); the caller
@@ -63,11 +68,11 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	}
 	q := &u.sq
 	q.mu.Lock()
-	for q.writing && !q.broken && len(q.buf) > sendQueueLimit {
-		if q.taken.L == nil {
-			q.taken.L = &q.mu
+	for q.writing && !q.broken && len(q.buf)+q.writingQueued > sendQueueLimit {
+		if q.written.L == nil {
+			q.written.L = &q.mu
 		}
-		q.taken.Wait()
+		q.written.Wait()
 	}
 	if q.broken {
 		q.mu.Unlock()
@@ -119,7 +124,7 @@ func (u *upstreamConn) writeQueued() {
 		}
 		buf, ends := q.buf, q.ends
 		q.buf, q.ends = q.spare[:0], q.spareEn[:0]
-		q.wakeSenders()
+		q.writingQueued = len(buf)
 		q.mu.Unlock()
 
 		ok, from := true, 0
@@ -132,6 +137,8 @@ func (u *upstreamConn) writeQueued() {
 
 		q.mu.Lock()
 		q.spare, q.spareEn = reuse(buf, maxKeptSendQueue), reuse(ends, maxKeptSendQueue/64)
+		q.writingQueued = 0
+		q.wakeSenders()
 		if !ok {
 			q.breakLocked()
 		}
@@ -149,8 +156,8 @@ func (q *sendQueue) breakLocked() {
 
 // wakeSenders wakes the sends waiting on a full queue; under mu.
 func (q *sendQueue) wakeSenders() {
-	if q.taken.L != nil {
-		q.taken.Broadcast()
+	if q.written.L != nil {
+		q.written.Broadcast()
 	}
 }
 
