@@ -8,9 +8,11 @@ import (
 )
 
 // maxKeptSendQueue bounds each of the two buffers an upstream send queue
-// keeps between bursts (a burst in bench (c) queues tens of KiB): a burst
-// that queued a large request lets its buffer go.
-const maxKeptSendQueue = 256 << 10
+// keeps between bursts: a burst in bench (c) queues tens of KiB, hundreds
+// while the writer waits for a core, and a buffer dropped after each such
+// burst is regrown by doubling in the next. A burst that queued a large
+// request lets its buffer go.
+const maxKeptSendQueue = 1 << 20
 
 // sendQueueLimit is how much a send queue holds, queued and being written,
 // before a send waits for the writer to finish what it took: while the node
