@@ -52,8 +52,10 @@ type sendQueue struct {
 	// writingQueued is the size of the batch the writer goroutine took
 	// and is writing: it counts against sendQueueLimit until written.
 	writingQueued int
-	// written is broadcast when the writer has written a batch, breaks
-	// or exits: a send waiting on a full queue looks again.
+	// written is broadcast when the writer has written a batch or
+	// breaks: a send waiting on a full queue looks again. (A writer that
+	// finds the queue empty has none waiting.) Its L is set to &mu by the
+	// first send that waits.
 	written sync.Cond
 }
 
@@ -104,7 +106,6 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	}
 	if len(q.ends) == 0 {
 		q.writing = false
-		q.wakeSenders()
 		return
 	}
 	// Others queued while this caller wrote: a goroutine of its own
@@ -120,7 +121,6 @@ func (u *upstreamConn) writeQueued() {
 		q.mu.Lock()
 		if len(q.ends) == 0 {
 			q.writing = false
-			q.wakeSenders()
 			q.mu.Unlock()
 			return
 		}
@@ -140,7 +140,7 @@ func (u *upstreamConn) writeQueued() {
 		q.mu.Lock()
 		q.spare, q.spareEn = reuse(buf, maxKeptSendQueue), reuse(ends, maxKeptSendQueue/64)
 		q.writingQueued = 0
-		q.wakeSenders()
+		q.written.Broadcast()
 		if !ok {
 			q.breakLocked()
 		}
@@ -153,14 +153,7 @@ func (u *upstreamConn) writeQueued() {
 func (q *sendQueue) breakLocked() {
 	q.broken = true
 	q.buf, q.ends = nil, nil
-	q.wakeSenders()
-}
-
-// wakeSenders wakes the sends waiting on a full queue; under mu.
-func (q *sendQueue) wakeSenders() {
-	if q.written.L != nil {
-		q.written.Broadcast()
-	}
+	q.written.Broadcast()
 }
 
 // writeFrame writes one message upstream; on failure it closes the
