@@ -58,6 +58,38 @@ func benchScan(b *testing.B, frame string, scan func([]byte, []Message) (Frame, 
 
 func BenchmarkScanRequest(b *testing.B)  { benchScan(b, benchRequest, ScanClient) }
 func BenchmarkScanResponse(b *testing.B) { benchScan(b, benchResponse, ScanUpstream) }
+
+// bench (c)'s client batch and the node's array answer to it, as in
+// core's BenchmarkBatchRoundTrip: ten eth_calls, ten 32-byte results.
+var (
+	benchBatchRequest  = benchArray(`{"jsonrpc":"2.0","id":%d,"method":"eth_call","params":[{"to":"0x6b175474e89094c44da98b954eedeac495271d0f","data":"0x70a08231000000000000000000000000f39fd6e51aad88f6f4ce6ab8827279cfffb92266"},"latest"]}`)
+	benchBatchResponse = benchArray(`{"jsonrpc":"2.0","id":%d,"result":"0x00000000000000000000000000000000000000000000000000000000000003e8"}`)
+)
+
+func benchArray(element string) string {
+	parts := make([]string, 10)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(element, 1000+i)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+func benchScanBatch(b *testing.B, frame string, scan func([]byte, []Message) (Frame, error)) {
+	fb := []byte(frame)
+	msgs := make([]Message, 0, 16)
+	b.SetBytes(int64(len(fb)))
+	b.ReportAllocs()
+	for b.Loop() {
+		f, err := scan(fb, msgs)
+		if err != nil || len(f.Messages) != 10 || f.Messages[9].Invalid != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkScanBatchRequest(b *testing.B)  { benchScanBatch(b, benchBatchRequest, ScanClient) }
+func BenchmarkScanBatchResponse(b *testing.B) { benchScanBatch(b, benchBatchResponse, ScanUpstream) }
+
 func BenchmarkScanNotification2KB(b *testing.B) {
 	benchScan(b, newHeadsPush, ScanUpstream)
 }

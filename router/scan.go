@@ -144,14 +144,15 @@ func scanFrame(b []byte, msgs []Message, md mode) (Frame, error) {
 	var f Frame
 	switch b[i] {
 	case '{':
-		m, end, err := scanObject(b, i, 0, md)
+		msgs = append(msgs, Message{})
+		end, err := scanObject(b, i, 0, md, &msgs[len(msgs)-1])
 		if err != nil {
 			return Frame{}, err
 		}
 		if skipSpace(b, end) != len(b) {
 			return Frame{}, ErrParse
 		}
-		f.Messages = append(msgs, m)
+		f.Messages = msgs
 	case '[':
 		f.Batch = true
 		i = skipSpace(b, i+1)
@@ -165,11 +166,12 @@ func scanFrame(b []byte, msgs []Message, md mode) (Frame, error) {
 			if i >= len(b) {
 				return Frame{}, ErrParse
 			}
-			var m Message
+			// Each message is scanned where it will stay: a Message is
+			// 144 bytes, copied twice per element when returned by value.
+			msgs = append(msgs, Message{})
+			m := &msgs[len(msgs)-1]
 			if b[i] == '{' {
-				var err error
-				var end int
-				m, end, err = scanObject(b, i, 1, md)
+				end, err := scanObject(b, i, 1, md, m)
 				if err != nil {
 					return Frame{}, err
 				}
@@ -179,10 +181,9 @@ func scanFrame(b []byte, msgs []Message, md mode) (Frame, error) {
 				if err != nil {
 					return Frame{}, err
 				}
-				m = Message{Start: i, End: end, Invalid: fmt.Errorf("%w: batch element is not an object", ErrInvalid)}
+				*m = Message{Start: i, End: end, Invalid: fmt.Errorf("%w: batch element is not an object", ErrInvalid)}
 				i = end
 			}
-			msgs = append(msgs, m)
 			i = skipSpace(b, i)
 			if i >= len(b) {
 				return Frame{}, ErrParse
@@ -268,9 +269,10 @@ func memberOf(key []byte) int {
 }
 
 // scanObject scans the message object at b[i], which sits inside depth
-// containers (0 at the top level, 1 in a batch).
-func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
-	m := Message{Start: i}
+// containers (0 at the top level, 1 in a batch), into m, which is zero, and
+// returns the offset past it.
+func scanObject(b []byte, i, depth int, md mode, m *Message) (int, error) {
+	m.Start = i
 	var seen [memLookalikeID + 1]bool
 	var problem string
 	idLike := false // a member a node may read as the id
@@ -279,7 +281,7 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 	for {
 		key, ok, err := it.next()
 		if err != nil {
-			return Message{}, 0, err
+			return 0, err
 		}
 		if !ok {
 			break
@@ -291,12 +293,12 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 			m.Subscription = Span{} // a later params member replaces an earlier one
 		}
 		if mem == memParams && md == modeUpstream && vstart < len(b) && b[vstart] == '{' {
-			it.i, err = scanParams(b, vstart, depth+1, &m)
+			it.i, err = scanParams(b, vstart, depth+1, m)
 		} else {
 			it.i, err = skipValue(b, vstart, depth+1)
 		}
 		if err != nil {
-			return Message{}, 0, err
+			return 0, err
 		}
 		sp := Span{vstart, it.i - vstart}
 		if seen[mem] && mem != memOther && problem == "" {
@@ -328,10 +330,10 @@ func scanObject(b []byte, i, depth int, md mode) (Message, int, error) {
 		if n == 0 {
 			m.Invalid = fmt.Errorf("%w: empty object", ErrInvalid)
 		} else {
-			m.Invalid = validateRequest(b, &m, problem, idLike)
+			m.Invalid = validateRequest(b, m, problem, idLike)
 		}
 	}
-	return m, it.i, nil
+	return it.i, nil
 }
 
 // scanParams skips the params object of an upstream message, which sits
@@ -466,6 +468,9 @@ func validateRequest(b []byte, m *Message, problem string, idLike bool) error {
 }
 
 func skipSpace(b []byte, i int) int {
+	if i < len(b) && b[i] > ' ' { // no space: the common case, one test
+		return i
+	}
 	for i < len(b) {
 		switch b[i] {
 		case ' ', '\t', '\n', '\r':
@@ -593,25 +598,51 @@ const (
 
 // plainRun returns the index of the first byte at or after i that ends a
 // plain run inside a JSON string: '"', '\\' or a control character (or
-// len(b)). Eight bytes are tested at once while none of them is one of
-// those: x^q has a zero byte where x has a '"', and v-lsb&^v has a high bit
-// set below any zero byte of v; (x-0x20*lsb)&^x the same for bytes under
-// 0x20. A word that might hold one is then walked byte by byte.
+// len(b)). Eight bytes are tested at once (stopBytes); a word whose lowest
+// flagged byte is ' ' or '!' (plain, but flagged by that cheaper test) is
+// tested again exactly (exactStopBytes).
 func plainRun(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q := x ^ (lsb * '"')
-		e := x ^ (lsb * '\\')
-		if m := ((q-lsb)&^q | (e-lsb)&^e | (x-lsb*0x20)&^x) & msb; m != 0 {
-			// The lowest flagged byte is a true one (a false flag
-			// needs a borrow from a true one below it): no byte walk.
+	for i+8 <= len(b) {
+		m := stopBytes(binary.LittleEndian.Uint64(b[i:]))
+		if m == 0 {
+			i += 8
+			continue
+		}
+		j := i + bits.TrailingZeros64(m)>>3
+		if c := b[j]; c != ' ' && c != '!' {
+			return j
+		}
+		// Text: the word is tested again exactly.
+		if m = exactStopBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
+		i += 8
 	}
 	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
 		i++
 	}
 	return i
+}
+
+// stopBytes flags, in its high bit, each byte of the word x under 0x23
+// (the control characters, ' ', '!' and '"') or equal to '\\': v-lsb&^v has
+// a high bit set below any zero byte of v, so with v = x^'\\'s it finds a
+// backslash, and (x-0x23*lsb)&^x does the same for the bytes under 0x23.
+// One subtraction covers the control characters and '"' together, at the
+// price of ' ' and '!', rare in the hex strings nodes mostly send. The
+// lowest flagged byte is always one of those (a false flag needs a borrow
+// from a flagged byte below it); bytes above it may be false.
+func stopBytes(x uint64) uint64 {
+	e := x ^ (lsb * '\\')
+	return ((x-lsb*0x23)&^x | (e-lsb)&^e) & msb
+}
+
+// exactStopBytes is stopBytes without ' ' and '!': the lowest flagged byte
+// is '"', '\\' or a control character.
+func exactStopBytes(x uint64) uint64 {
+	q := x ^ (lsb * '"')
+	e := x ^ (lsb * '\\')
+	return ((q-lsb)&^q | (e-lsb)&^e | (x-lsb*0x20)&^x) & msb
 }
 
 func isHex(c byte) bool {
