@@ -41,7 +41,7 @@ geth:
 
 # ---- fuzz: short fuzz runs (also run by .ci/run) ---------------------------
 # Loops over `go test -list '^Fuzz' ./...`, one target at a time:
-#   go test -run='^$' -fuzz='^Name$' -fuzztime=$(FUZZTIME) <pkg>
+#   go test -run='^$' -fuzz='^Name$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s <pkg>
 # Succeeds (saying so) while there are no fuzz targets.
 fuzz:
 	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" bash scripts/fuzz.sh

@@ -598,9 +598,10 @@ const (
 
 // plainRun returns the index of the first byte at or after i that ends a
 // plain run inside a JSON string: '"', '\\' or a control character (or
-// len(b)). Eight bytes are tested at once (stopBytes); a word whose lowest
-// flagged byte is ' ' or '!' (plain, but flagged by that cheaper test) is
-// tested again exactly (exactStopBytes).
+// len(b)). Eight bytes are tested at once (stopBytes); at a word whose
+// lowest flagged byte is ' ' or '!' (plain, but flagged by that cheaper
+// test) the string is text, and the rest of it is tested exactly
+// (exactPlainRun).
 func plainRun(b []byte, i int) int {
 	for i+8 <= len(b) {
 		m := stopBytes(binary.LittleEndian.Uint64(b[i:]))
@@ -612,12 +613,26 @@ func plainRun(b []byte, i int) int {
 		if c := b[j]; c != ' ' && c != '!' {
 			return j
 		}
-		// Text: the word is tested again exactly.
-		if m = exactStopBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+		// Text: the rest of the string is tested exactly.
+		return exactPlainRun(b, i)
+	}
+	return bytePlainRun(b, i)
+}
+
+// exactPlainRun is plainRun with the exact test for every word, for a
+// string that turned out to be text.
+func exactPlainRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		if m := exactStopBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
-		i += 8
 	}
+	return bytePlainRun(b, i)
+}
+
+// bytePlainRun is plainRun a byte at a time, for the tail shorter than a
+// word.
+func bytePlainRun(b []byte, i int) int {
 	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
 		i++
 	}
