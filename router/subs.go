@@ -61,7 +61,9 @@ func decodeCanonical(raw []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	// Nothing but whitespace may follow (dec.More would let a stray ']'
+	// or '}' through).
+	if skipSpace(raw, int(dec.InputOffset())) != len(raw) {
 		return ErrCallParams
 	}
 	return nil

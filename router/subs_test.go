@@ -1,6 +1,8 @@
 package router
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
 )
 
@@ -82,3 +84,37 @@ func TestCallKey(t *testing.T) {
 
 // TestSubscriptionsAttempts: only the answer to the eth_subscribe in flight
 // for a key can make it live or fail it.
+
+// FuzzSubscriptionKey feeds client eth_subscribe params (untrusted bytes)
+// to SubscriptionKey: a key is valid JSON, an array led by the
+// subscription name (gapfill reads keys back with encoding/json), the same
+// on every call, and the same for the params with their whitespace
+// removed.
+func FuzzSubscriptionKey(f *testing.F) {
+	for _, s := range []string{`["newHeads"]`, `["logs",{"address":"0xAb","topics":[["0xC",null],null]}]`,
+		`["logs",{"Address":"0x1","address":"0x2"}]`, `["newPendingTransactions",true]`, ` [ "logs" , { "topics" : [ ] } ] `,
+		`["syncing"]`, `[]`, `{}`, `["logs"]`, `[1]`, `[""]`, `["logs",{"fromBlock":1e400}]`, `["x",1.50,-0]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, params []byte) {
+		key, err := SubscriptionKey(params)
+		if again, err2 := SubscriptionKey(params); again != key || (err == nil) != (err2 == nil) {
+			t.Fatalf("%s: keyed %q (%v), then %q (%v)", params, key, err, again, err2)
+		}
+		if err != nil {
+			return
+		}
+		var v []json.RawMessage
+		var name string
+		if json.Unmarshal([]byte(key), &v) != nil || len(v) == 0 || json.Unmarshal(v[0], &name) != nil || name == "" {
+			t.Fatalf("%s: key %q is not an array led by a name", params, key)
+		}
+		var compact bytes.Buffer
+		if json.Compact(&compact, params) != nil {
+			t.Fatalf("%s: keyed %q, but it is not valid JSON", params, key)
+		}
+		if k2, err := SubscriptionKey(compact.Bytes()); err != nil || k2 != key {
+			t.Fatalf("%s: key %q; without whitespace %q (%v)", params, key, k2, err)
+		}
+	})
+}
