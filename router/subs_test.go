@@ -82,9 +82,6 @@ func TestCallKey(t *testing.T) {
 	}
 }
 
-// TestSubscriptionsAttempts: only the answer to the eth_subscribe in flight
-// for a key can make it live or fail it.
-
 // FuzzSubscriptionKey feeds client eth_subscribe params (untrusted bytes)
 // to SubscriptionKey: a key is valid JSON, an array led by the
 // subscription name (gapfill reads keys back with encoding/json), the same

@@ -53,8 +53,8 @@ fi
 # runs in all: a real finding prints "Failing input written to" (or a
 # panic, or a test error) and fails at once. With new inputs minimized for
 # at most 1s the workers are busy when the deadline comes, and the race hit
-# about one target run in twelve (2 of 24 in CI runs on 2026-12-04): five
-# runs make a CI failure from it about 4 in 10^6 per target.
+# about one target run in eleven (3 of 34 in CI runs on 2026-12-04): five
+# runs make a CI failure from it about 5 in 10^6 per target.
 FUZZTRIES="${FUZZTRIES:-5}"
 run_target() {
 	local pkg="$1" name="$2" try out rc
