@@ -94,15 +94,3 @@ func (c *Core) backfillAnswered(e *Effects, frame []byte, m *router.Message, uid
 	}
 	c.applyGap(e, c.gap.Answer(id, result, now), nil, now)
 }
-
-// maxLoggedKey bounds a subscription key in a log line: a logs filter may
-// name many addresses.
-const maxLoggedKey = 256
-
-// logKey is key as a log line gives it, cut to maxLoggedKey bytes.
-func logKey(key string) string {
-	if len(key) <= maxLoggedKey {
-		return key
-	}
-	return key[:maxLoggedKey] + "…"
-}

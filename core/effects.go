@@ -99,12 +99,16 @@ type Delivery struct {
 // Note is a line for the log: Msg with slog-style key/value Args, at level
 // Info when Info is set and Warn otherwise. Drop is set for a dropped
 // message, of reason Reason (the shell limits how often those are logged).
+// Limited is set for a warning a client can cause at will, such as the
+// node refusing its subscription: the shell logs at most one line per Msg
+// per second, so that no client can flood the log.
 type Note struct {
-	Info   bool
-	Drop   bool
-	Reason DropReason
-	Msg    string
-	Args   []any
+	Info    bool
+	Drop    bool
+	Limited bool
+	Reason  DropReason
+	Msg     string
+	Args    []any
 }
 
 // Observer counts what the core does: the shell's metrics. The core calls

@@ -137,7 +137,8 @@ func (c *Core) subscribeAnswered(e *Effects, frame []byte, m *router.Message, ui
 	// An error (or a result that is no subscription id): each waiter gets
 	// the node's answer as it came, under its own id.
 	waiters := c.subs.failed(p.Key, uid)
-	e.note("upstream refused a subscription", "key", p.Key, "waiters", len(waiters))
+	// A client chooses the params, and so this line and its length.
+	e.noteLimited("upstream refused a subscription", "key", logKey(p.Key), "key_bytes", len(p.Key), "waiters", len(waiters))
 	elem := frame[m.Start:m.End]
 	code := responseCode(frame, m)
 	for _, mem := range waiters {
@@ -305,4 +306,16 @@ func (c *Core) fanout(e *Effects, sh *shared, p sharedPush) {
 // subGauges reports the subscription counts.
 func (c *Core) subGauges() {
 	c.obs.Subscriptions(c.subs.counts())
+}
+
+// maxLoggedKey bounds a subscription key in a log line: a logs filter may
+// name many addresses, and a client chooses the params.
+const maxLoggedKey = 256
+
+// logKey is key as a log line gives it, cut to maxLoggedKey bytes.
+func logKey(key string) string {
+	if len(key) <= maxLoggedKey {
+		return key
+	}
+	return key[:maxLoggedKey] + "…"
 }

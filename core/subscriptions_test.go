@@ -2,6 +2,7 @@ package core
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -403,5 +404,46 @@ func TestSubscriptionParamsHeld(t *testing.T) {
 	}
 	if out := h.clientFrame(1, fat("4", "0xa3")); !has(out, "up> ") {
 		t.Fatalf("subscription after the unsubscribe: %v, want it sent upstream", out)
+	}
+}
+
+// TestRefusedSubscriptionNote: the warning for a subscription the node
+// refused is one a client can cause at will, with params of its choosing,
+// so it is marked for the shell's rate limit and carries the key cut to
+// maxLoggedKey bytes, whatever the params' size.
+func TestRefusedSubscriptionNote(t *testing.T) {
+	for _, pad := range []int{0, 4 << 20} {
+		t.Run(strconv.Itoa(pad), func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.MaxHeldBytes = 64 << 20 })
+			h.join(false)
+			h.connect()
+			params := `["logs",{"address":"0xzz","pad":"` + strings.Repeat("A", pad) + `"}]`
+			h.clientFrame(1, sub("1", params))
+			h.upstreamFrame(0, refusal("1"), false)
+			var found bool
+			for _, n := range h.e.Notes {
+				if n.Msg != "upstream refused a subscription" {
+					continue
+				}
+				found = true
+				if !n.Limited || n.Drop || n.Info {
+					t.Errorf("note kind: Limited %v Drop %v Info %v, want a limited warning", n.Limited, n.Drop, n.Info)
+				}
+				args := map[any]any{}
+				for i := 0; i+1 < len(n.Args); i += 2 {
+					args[n.Args[i]] = n.Args[i+1]
+				}
+				key, _ := args["key"].(string)
+				if len(key) > maxLoggedKey+len("…") || !strings.HasPrefix(key, `["logs",`) {
+					t.Errorf("key in the note: %d bytes, %.40q…; want at most %d and the key's start", len(key), key, maxLoggedKey+len("…"))
+				}
+				if kb, _ := args["key_bytes"].(int); kb < pad {
+					t.Errorf("key_bytes %d, want the whole key's length (at least %d)", kb, pad)
+				}
+			}
+			if !found {
+				t.Fatalf("no note for the refusal; notes: %v", h.e.Notes)
+			}
+		})
 	}
 }

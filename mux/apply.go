@@ -36,6 +36,8 @@ func (s *Server) apply(e *core.Effects, up *upstreamConn, buf []byte) (lent bool
 		switch {
 		case n.Drop:
 			s.loggedDrop(n.Reason, n.Msg, n.Args...)
+		case n.Limited:
+			s.loggedLimited(n.Msg, n.Args...)
 		case n.Info:
 			s.log.Info(n.Msg, n.Args...)
 		default:

@@ -64,9 +64,10 @@ type Server struct {
 
 	fanout  fanouts // the upstream reader's hand-off of large fan-outs
 	dropLog dropLimiter
-	frames  framePool // the upstream reader's large frame buffers
-	arenas  arenaPool // client batches' upstream arrays (arenas.go)
-	reclaim reclaimer // gives large releases back to the OS
+	noteLog noteLimiter // warnings a client can cause (core.Note.Limited)
+	frames  framePool   // the upstream reader's large frame buffers
+	arenas  arenaPool   // client batches' upstream arrays (arenas.go)
+	reclaim reclaimer   // gives large releases back to the OS
 	sweep   core.Effects
 }
 
