@@ -59,13 +59,48 @@ func upstreamProblem(raw string) string {
 }
 
 // withWSScheme returns raw with "ws://" put in front, redacted, when that
-// makes a URL with a host; else "".
+// makes a URL whose host reads as one (plausibleHost); else "". A value
+// pasted without its URL, a bare API key, would otherwise be shown as the
+// host of the guess.
 func withWSScheme(raw string) string {
 	u, err := url.Parse("ws://" + raw)
-	if err != nil || u.Hostname() == "" {
+	if err != nil || !plausibleHost(u.Hostname(), u.Port() != "") {
 		return ""
 	}
 	return reconnect.Redact("ws://" + raw)
+}
+
+// plausibleHost reports whether h reads as a host name rather than a key:
+// an IP address, localhost, a name of one label when a port follows it,
+// or a DNS name of labels of letters, digits and hyphens, up to 63 bytes
+// each, whose last is letters only (a top-level domain).
+func plausibleHost(h string, withPort bool) bool {
+	if h == "" {
+		return false
+	}
+	if _, err := netip.ParseAddr(h); err == nil || strings.EqualFold(h, "localhost") {
+		return true
+	}
+	labels := strings.Split(h, ".")
+	for _, l := range labels {
+		if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range []byte(l) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	if len(labels) == 1 {
+		return withPort
+	}
+	for _, c := range []byte(labels[len(labels)-1]) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // hostName matches a DNS host name (letters, digits, '-', '.'), as a listen

@@ -55,6 +55,12 @@ func TestNoSecretInErrors(t *testing.T) {
 			code: 2, want: []string{"upstream 1 (from --upstream)", "ws:// or wss://", "https://node.example/…"}},
 		{name: "url without a host", args: []string{"check", "--upstream", secret + "@node.example"},
 			code: 2, want: []string{"upstream 1 (from --upstream)", "has no scheme: did you mean ws://node.example?"}},
+		{name: "MUXD_UPSTREAM that is a bare key", env: secret, args: []string{"check"},
+			code: 2, want: []string{"upstream 1 (from MUXD_UPSTREAM)", "ws:// or wss://"}},
+		{name: "url that is a bare key", args: []string{"check", "--upstream", secretWord},
+			code: 2, want: []string{"upstream 1 (from --upstream)", "ws:// or wss://"}},
+		{name: "url that is a token with dots", args: []string{"check", "--upstream", "eyJhbGciOi." + secret + ".x9_" + secretWord},
+			code: 2, want: []string{"upstream 1 (from --upstream)"}},
 		{name: "MUXD_UPSTREAM with a bad port", env: "wss://user:" + secret + "@node.example:x/" + secret, args: []string{"check"},
 			code: 2, want: []string{"upstream 1 (from MUXD_UPSTREAM)", "port"}},
 		{name: "MUXD_UPSTREAM without a scheme", env: "node.example/" + secret, args: []string{"check"},
@@ -118,6 +124,7 @@ func TestNoSecretInErrors(t *testing.T) {
 		// muxd probe.
 		{name: "probe: url given to --count", args: []string{"probe", "--count", "wss://node.example/" + secret, "ws://127.0.0.1:1"}, code: 2, want: []string{"-count"}},
 		{name: "probe: credentials parsed as a scheme", args: []string{"probe", "user" + secret + ":pw@node.example"}, code: 2, want: []string{"no scheme: did you mean ws://node.example or http://node.example?"}},
+		{name: "probe: a bare key", args: []string{"probe", secret}, code: 2, want: []string{"probe"}},
 		{name: "probe: bad url", args: []string{"probe", "wss://user:" + secret + "@node.example:x/" + secret}, code: 2, want: []string{"bad URL", "port"}},
 	}
 	for _, tt := range tests {
@@ -191,4 +198,33 @@ func servedLog(t *testing.T, args ...string) string {
 		t.Fatalf("the secret is in the log:\n%s", log)
 	}
 	return log
+}
+
+// TestPlausibleHost: what a "did you mean ws://…?" may show as a host.
+func TestPlausibleHost(t *testing.T) {
+	for _, c := range []struct {
+		host     string
+		withPort bool
+		want     bool
+	}{
+		{"127.0.0.1", false, true},
+		{"::1", false, true},
+		{"localhost", false, true},
+		{"LocalHost", false, true},
+		{"node.example", false, true},
+		{"eth-node.internal.example", false, true},
+		{"mynode", true, true},
+		{"mynode", false, false}, // one label and no port: could be a key
+		{"KEY123SECRETVALUEONLY", false, false},
+		{"eyJhbGciOi.eyJzdWIi.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", false, false},
+		{"a.b.c1", false, false}, // the last label is no top-level domain
+		{"node.-example.com", false, false},
+		{"node..example", false, false},
+		{strings.Repeat("a", 64) + ".example", false, false},
+		{"", true, false},
+	} {
+		if got := plausibleHost(c.host, c.withPort); got != c.want {
+			t.Errorf("plausibleHost(%q, %v) = %v, want %v", c.host, c.withPort, got, c.want)
+		}
+	}
 }
