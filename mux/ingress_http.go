@@ -24,8 +24,8 @@ const DefaultMaxHTTPBodyBytes = 5 << 20
 var DefaultAllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // ServeHTTP is the handler for the --listen address: a WebSocket upgrade
-// starts a session, a POST is one JSON-RPC exchange answered like geth's
-// HTTP endpoint.
+// starts a session, a POST (or another method with a body, as geth takes
+// them) is one JSON-RPC exchange answered like geth's HTTP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.hostAllowed(r.Host) {
 		http.Error(w, "invalid host specified", http.StatusForbidden)
@@ -35,19 +35,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.ServeWebSocket(w, r)
 		return
 	}
-	if r.Method != http.MethodPost {
-		if r.Method == http.MethodGet && r.URL.Path == "/" {
-			// geth answers an empty GET with 200, which health checks use.
-			w.WriteHeader(http.StatusOK)
+	// The methods as geth takes them: an empty GET is a health check;
+	// PUT and DELETE are refused; any other method carries a JSON-RPC
+	// body as POST does (a GET with a body is a call, not a health check
+	// to answer with nothing), OPTIONS whatever its content type.
+	switch {
+	case r.Method == http.MethodGet && r.ContentLength == 0 && r.URL.RawQuery == "":
+		if r.URL.Path != "/" {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
+		w.WriteHeader(http.StatusOK) // geth's answer, which health checks use
+		return
+	case r.Method == http.MethodPut || r.Method == http.MethodDelete:
 		w.Header().Set("Allow", "POST")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || !jsonContentTypes[mt] {
-		http.Error(w, "invalid content type, only application/json is supported", http.StatusUnsupportedMediaType)
-		return
+	case r.Method == http.MethodOptions:
+	default:
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || !jsonContentTypes[mt] {
+			http.Error(w, "invalid content type, only application/json is supported", http.StatusUnsupportedMediaType)
+			return
+		}
 	}
 	if r.ContentLength > s.cfg.MaxHTTPBodyBytes {
 		// Refused before reading, as geth does. No "Connection: close"

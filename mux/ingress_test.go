@@ -184,6 +184,15 @@ func TestIngressHTTPErrors(t *testing.T) {
 		{"GET other path", "GET", "/x", "", "", "", http.StatusMethodNotAllowed, "method not allowed"},
 		{"GET root health check", "GET", "/", "", "", "", http.StatusOK, ""},
 		{"PUT", "PUT", "/", "", "application/json", "{}", http.StatusMethodNotAllowed, ""},
+		{"DELETE", "DELETE", "/", "", "application/json", "{}", http.StatusMethodNotAllowed, ""},
+		// geth serves a call in a GET's body (only an empty GET is a
+		// health check), and in any other method's but PUT and DELETE.
+		{"GET with a call in its body", "GET", "/", "", "application/json", `{"jsonrpc":"2.0","id":7,"method":"eth_chainId"}`, http.StatusOK, `"id":7,"result":{"method":"eth_chainId"`},
+		{"GET with a body of the wrong type", "GET", "/", "", "text/plain", `{"jsonrpc":"2.0","id":7,"method":"eth_chainId"}`, http.StatusUnsupportedMediaType, "content type"},
+		{"GET with a query", "GET", "/?x=1", "", "", "", http.StatusUnsupportedMediaType, "content type"},
+		{"PATCH with a call", "PATCH", "/", "", "application/json", `{"jsonrpc":"2.0","id":8,"method":"eth_chainId"}`, http.StatusOK, `"id":8,"result":{"method":"eth_chainId"`},
+		{"OPTIONS without a body", "OPTIONS", "/", "", "", "", http.StatusOK, ""},
+		{"OPTIONS with a call, no content type", "OPTIONS", "/", "", "", `{"jsonrpc":"2.0","id":9,"method":"eth_chainId"}`, http.StatusOK, `"id":9,"result":{"method":"eth_chainId"`},
 		{"wrong content type", "POST", "/", "", "text/plain", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusUnsupportedMediaType, "content type"},
 		{"json-rpc content type (geth accepts it)", "POST", "/", "", "application/json-rpc", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"method":"eth_chainId"`},
 		{"jsonrequest content type (geth accepts it)", "POST", "/", "", "application/jsonrequest", `{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}`, http.StatusOK, `"result":{"method":"eth_chainId"`},
