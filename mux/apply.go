@@ -15,7 +15,27 @@ import (
 // frame buffer the event's frame lies in, after frameHeadroom bytes (nil
 // for other events); apply reports whether it lent buf to a client, which
 // then owns it until its writer gives it back to the pool.
+//
+// apply never waits for room in up's send queue: it runs on the upstream
+// reader, the sweep and the connection's own goroutines, none of which may
+// stop while the node is slow to read (the reader waiting on the node's
+// reading would stop every answer and push behind it). A client's frames
+// go through applyClient instead, which does wait.
 func (s *Server) apply(e *core.Effects, up *upstreamConn, buf []byte) (lent bool) {
+	return s.carryOut(e, up, buf, false)
+}
+
+// applyClient is apply for the effects of a client's frame, on that
+// client's reader: its frames upstream wait while the send queue is full,
+// which is the backpressure that bounds what clients make muxd hold for a
+// node that is slow to read.
+func (s *Server) applyClient(e *core.Effects, up *upstreamConn) {
+	s.carryOut(e, up, nil, true)
+}
+
+// carryOut is apply; wait says whether frames upstream may wait for room in
+// the send queue.
+func (s *Server) carryOut(e *core.Effects, up *upstreamConn, buf []byte, wait bool) (lent bool) {
 	s.reclaim.released(e.Released)
 	if len(e.Deliveries) > 0 {
 		lent = s.deliver(e.Deliveries, buf)
@@ -26,7 +46,11 @@ func (s *Server) apply(e *core.Effects, up *upstreamConn, buf []byte) (lent bool
 		}
 	}
 	if len(e.Upstream) > 0 && up != nil && up.gen == e.Gen {
-		up.send(e.Upstream...)
+		if wait {
+			up.send(e.Upstream...)
+		} else {
+			up.sendNoWait(e.Upstream...)
+		}
 	}
 	if len(e.Close) > 0 {
 		s.closeGens(e.Close)

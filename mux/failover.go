@@ -235,7 +235,7 @@ func (s *Server) dialFailed(n *upstreamNode) {
 // healthStart sends a new connection's health requests.
 func (s *Server) healthStart(u *upstreamConn) {
 	if s.multi() {
-		u.send([]byte(healthChainIDReq), []byte(healthHeadsReq))
+		u.sendNoWait([]byte(healthChainIDReq), []byte(healthHeadsReq))
 	}
 }
 

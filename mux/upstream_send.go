@@ -23,6 +23,16 @@ const maxKeptSendQueue = 1 << 20
 // of it has been written.
 const sendQueueLimit = 2 << 20
 
+// smallSend is the most a send may carry and count as small. A small send
+// waits only while the small sends queued ahead of it reach
+// sendQueueLimit, not behind the large requests other clients queued: a
+// client sending requests of 30 MiB fills the queue for as long as the
+// node takes to read one, and every other client's eth_blockNumber would
+// wait that long for room (seconds, measured, where the node itself
+// answered them in milliseconds). It still waits in the socket behind
+// what was queued before it.
+const smallSend = 64 << 10
+
 // sendQueue gives an upstream connection one writer at a time. A send
 // while no one writes makes its caller the writer: it writes its own
 // frames, from its own memory, and leaves whatever others queued meanwhile
@@ -38,6 +48,10 @@ const sendQueueLimit = 2 << 20
 // goroutine writes whatever has queued in one go. A lone request is still
 // written by its client's reader, with no hand-over (bench (a)).
 //
+// A send from anywhere but a client's reader (sendNoWait) neither waits
+// nor writes: it queues, and starts the writer goroutine if none is
+// running.
+//
 // Frames of one send go in order, and sends in the order they take the
 // queue's lock. mu guards every field; the writer owns the buffers it has
 // swapped out until it gives them back as the spares.
@@ -52,6 +66,10 @@ type sendQueue struct {
 	// writingQueued is the size of the batch the writer goroutine took
 	// and is writing: it counts against sendQueueLimit until written.
 	writingQueued int
+	// smallQueued and smallWriting are the bytes of small sends
+	// (smallSend) in buf and in the batch being written: what a small
+	// send waits on.
+	smallQueued, smallWriting int
 	// written is broadcast when the writer has written a batch or
 	// breaks: a send waiting on a full queue looks again. (A writer that
 	// finds the queue empty has none waiting.) Its L is set to &mu by the
@@ -71,8 +89,13 @@ func (u *upstreamConn) send(frames ...[]byte) {
 		return
 	}
 	q := &u.sq
+	size := 0
+	for _, f := range frames {
+		size += len(f)
+	}
+	small := size <= smallSend
 	q.mu.Lock()
-	for q.writing && !q.broken && len(q.buf)+q.writingQueued > sendQueueLimit {
+	for q.writing && !q.broken && q.full(small) {
 		if q.written.L == nil {
 			q.written.L = &q.mu
 		}
@@ -87,6 +110,9 @@ func (u *upstreamConn) send(frames ...[]byte) {
 		for _, f := range frames {
 			q.buf = append(q.buf, f...)
 			q.ends = append(q.ends, len(q.buf))
+		}
+		if small {
+			q.smallQueued += size
 		}
 		q.mu.Unlock()
 		return
@@ -113,6 +139,42 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	go u.writeQueued()
 }
 
+// full reports whether a send, small or not, must wait for the writer.
+func (q *sendQueue) full(small bool) bool {
+	if small {
+		return q.smallQueued+q.smallWriting > sendQueueLimit
+	}
+	return len(q.buf)+q.writingQueued > sendQueueLimit
+}
+
+// sendNoWait queues frames upstream on u, in order, and returns at once:
+// it never waits for room in the queue and never writes itself (a write
+// waits for the node to read). It is how every goroutine but a client's
+// reader sends (apply): the upstream reader sending a request of muxd's own
+// on a new head, or the next array of a batch, must go on reading even
+// while clients' large requests fill the queue. What it adds past
+// sendQueueLimit is bounded by what the core holds: requests it admitted
+// within their limits, and its own, a few per head.
+func (u *upstreamConn) sendNoWait(frames ...[]byte) {
+	if u == nil || len(frames) == 0 {
+		return
+	}
+	q := &u.sq
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.broken {
+		return
+	}
+	for _, f := range frames {
+		q.buf = append(q.buf, f...)
+		q.ends = append(q.ends, len(q.buf))
+	}
+	if !q.writing {
+		q.writing = true
+		go u.writeQueued()
+	}
+}
+
 // writeQueued is the writer goroutine: it writes what is queued until the
 // queue is empty, or drops it all once a write fails.
 func (u *upstreamConn) writeQueued() {
@@ -127,6 +189,7 @@ func (u *upstreamConn) writeQueued() {
 		buf, ends := q.buf, q.ends
 		q.buf, q.ends = q.spare[:0], q.spareEn[:0]
 		q.writingQueued = len(buf)
+		q.smallWriting, q.smallQueued = q.smallQueued, 0
 		q.mu.Unlock()
 
 		ok, from := true, 0
@@ -139,7 +202,7 @@ func (u *upstreamConn) writeQueued() {
 
 		q.mu.Lock()
 		q.spare, q.spareEn = reuse(buf, maxKeptSendQueue), reuse(ends, maxKeptSendQueue/64)
-		q.writingQueued = 0
+		q.writingQueued, q.smallWriting = 0, 0
 		q.written.Broadcast()
 		if !ok {
 			q.breakLocked()
@@ -153,6 +216,7 @@ func (u *upstreamConn) writeQueued() {
 func (q *sendQueue) breakLocked() {
 	q.broken = true
 	q.buf, q.ends = nil, nil
+	q.smallQueued = 0
 	q.written.Broadcast()
 }
 

@@ -268,3 +268,135 @@ func TestUpstreamSendAfterFailure(t *testing.T) {
 	default:
 	}
 }
+
+// fillSendQueue starts two senders of large frames (senders 10 and 11, n
+// of size bytes each) to u, whose node reads nothing, and returns once the
+// queue is past its limit, one of them writing (waiting on the socket) and
+// the other waiting for room; done is closed when both have sent all.
+func fillSendQueue(t *testing.T, u *upstreamConn, n, size int) (done <-chan struct{}) {
+	t.Helper()
+	finished := make(chan struct{})
+	var wg sync.WaitGroup
+	for s := 10; s < 12; s++ {
+		wg.Go(func() {
+			var f []byte
+			for k := range n {
+				f = sendTestFrame(f, s, k, size)
+				u.send(f)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(finished) }()
+	testnode.Poll(t, "the queue to pass its limit with a large sender waiting", func() bool {
+		u.sq.mu.Lock()
+		defer u.sq.mu.Unlock()
+		return u.sq.writing && len(u.sq.buf)+u.sq.writingQueued > sendQueueLimit
+	})
+	select {
+	case <-finished:
+		t.Fatal("the large senders did not wait for room")
+	default:
+	}
+	return finished
+}
+
+// returnsWithin fails the test unless f returns within a generous bound: f
+// must not wait for the node, which reads nothing.
+func returnsWithin(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s waited for a node that reads nothing", what)
+	}
+}
+
+// TestUpstreamSendSmallDoesNotWaitForLarge: while large requests fill the
+// queue (the node slow to read them), a small send is queued at once: it
+// waits only for small sends ahead of it. A large one still waits. Every
+// frame then arrives, each sender's in order.
+func TestUpstreamSendSmallDoesNotWaitForLarge(t *testing.T) {
+	gate := make(chan struct{})
+	u, got, _ := sendTestConnGated(t, gate)
+	const n, size = 12, 3 << 20 // far past the socket's buffers
+	largeDone := fillSendQueue(t, u, n, size)
+
+	var small []byte
+	for k := range 3 {
+		small = sendTestFrame(small, 1, k, 100)
+		returnsWithin(t, "a small send", func() { u.send(small) })
+	}
+	largeSent := make(chan struct{})
+	go func() {
+		u.send(sendTestFrame(nil, 2, 0, smallSend+1))
+		close(largeSent)
+	}()
+	// The large send waits: the queue stays past its limit while the node
+	// reads nothing. (Checked when the gate opens: it has not returned.)
+	testnode.Poll(t, "the small sends to be queued", func() bool {
+		u.sq.mu.Lock()
+		defer u.sq.mu.Unlock()
+		return u.sq.smallQueued+u.sq.smallWriting >= 3*100
+	})
+	select {
+	case <-largeSent:
+		t.Fatal("a send just past smallSend did not wait for room")
+	default:
+	}
+	close(gate)
+	<-largeDone
+	<-largeSent
+	next := map[int]int{}
+	for range 2*n + 3 + 1 {
+		msg := <-got
+		s, k := int(binary.BigEndian.Uint64(msg)), int(binary.BigEndian.Uint64(msg[8:]))
+		if k != next[s] {
+			t.Fatalf("sender %d: message %d, want %d", s, k, next[s])
+		}
+		next[s]++
+	}
+}
+
+// TestUpstreamSendNoWait: sendNoWait, how the upstream reader and muxd's
+// other goroutines send, returns at once while the queue is full and the
+// node reads nothing (the reader waiting there would stop every answer and
+// push), and does not write itself when no one is writing. Its frames go
+// in order once the node reads.
+func TestUpstreamSendNoWait(t *testing.T) {
+	t.Run("queue_full", func(t *testing.T) {
+		gate := make(chan struct{})
+		u, got, _ := sendTestConnGated(t, gate)
+		const n, size = 12, 3 << 20
+		largeDone := fillSendQueue(t, u, n, size)
+		var f []byte
+		for k := range 3 {
+			f = sendTestFrame(f, 1, k, 1<<20) // not small: sendNoWait waits for nothing
+			returnsWithin(t, "sendNoWait", func() { u.sendNoWait(f) })
+		}
+		close(gate)
+		<-largeDone
+		next := map[int]int{}
+		for range 2*n + 3 {
+			msg := <-got
+			s, k := int(binary.BigEndian.Uint64(msg)), int(binary.BigEndian.Uint64(msg[8:]))
+			if k != next[s] {
+				t.Fatalf("sender %d: message %d, want %d", s, k, next[s])
+			}
+			next[s]++
+		}
+	})
+	t.Run("no_inline_write", func(t *testing.T) {
+		// 40 MiB at once, more than the socket's buffers take while the
+		// node reads nothing: written inline, it would wait.
+		gate := make(chan struct{})
+		u, got, _ := sendTestConnGated(t, gate)
+		big := bytes.Repeat(sendTestPattern, 10) // 40 MiB
+		returnsWithin(t, "sendNoWait of 40 MiB with no one writing", func() { u.sendNoWait(big) })
+		close(gate)
+		if msg := <-got; !bytes.Equal(msg, big) {
+			t.Fatalf("got %d bytes, want the 40 MiB sent", len(msg))
+		}
+	})
+}
