@@ -54,10 +54,10 @@ func (e *Effects) note(msg string, args ...any) {
 	e.Notes = append(e.Notes, Note{Msg: msg, Args: args})
 }
 
-// noteLimited adds a warning a client can cause as often as it likes: the
-// shell limits how often it is logged (Note.Limited).
-func (e *Effects) noteLimited(msg string, args ...any) {
-	e.Notes = append(e.Notes, Note{Limited: true, Msg: msg, Args: args})
+// noteLimited adds a warning of kind k, one a client can cause as often as
+// it likes: the shell limits how often it is logged (Note.Limited).
+func (e *Effects) noteLimited(k LimitedNote, msg string, args ...any) {
+	e.Notes = append(e.Notes, Note{Limited: k, Msg: msg, Args: args})
 }
 
 // info adds an informational line for the log.

@@ -99,17 +99,27 @@ type Delivery struct {
 // Note is a line for the log: Msg with slog-style key/value Args, at level
 // Info when Info is set and Warn otherwise. Drop is set for a dropped
 // message, of reason Reason (the shell limits how often those are logged).
-// Limited is set for a warning a client can cause at will, such as the
-// node refusing its subscription: the shell logs at most one line per Msg
-// per second, so that no client can flood the log.
+// Limited names a warning a client can cause at will, such as the node
+// refusing its subscription (NotLimited for every other line): the shell
+// logs at most one line of each per second, so that no client can flood
+// the log with it.
 type Note struct {
 	Info    bool
 	Drop    bool
-	Limited bool
+	Limited LimitedNote
 	Reason  DropReason
 	Msg     string
 	Args    []any
 }
+
+// LimitedNote names a kind of warning a client can cause at will (Note).
+type LimitedNote uint8
+
+const (
+	NotLimited                 LimitedNote = iota
+	LimitedSubscriptionRefused             // the node refused a subscription whose params a client chose
+	NumLimitedNotes
+)
 
 // Observer counts what the core does: the shell's metrics. The core calls
 // it synchronously during an event; it must not block or call the core.

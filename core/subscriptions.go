@@ -138,7 +138,7 @@ func (c *Core) subscribeAnswered(e *Effects, frame []byte, m *router.Message, ui
 	// the node's answer as it came, under its own id.
 	waiters := c.subs.failed(p.Key, uid)
 	// A client chooses the params, and so this line and its length.
-	e.noteLimited("upstream refused a subscription", "key", logKey(p.Key), "key_bytes", len(p.Key), "waiters", len(waiters))
+	e.noteLimited(LimitedSubscriptionRefused, "upstream refused a subscription", "key", logKey(p.Key), "key_bytes", len(p.Key), "waiters", len(waiters))
 	elem := frame[m.Start:m.End]
 	code := responseCode(frame, m)
 	for _, mem := range waiters {

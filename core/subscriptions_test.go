@@ -426,7 +426,7 @@ func TestRefusedSubscriptionNote(t *testing.T) {
 					continue
 				}
 				found = true
-				if !n.Limited || n.Drop || n.Info {
+				if n.Limited != LimitedSubscriptionRefused || n.Drop || n.Info {
 					t.Errorf("note kind: Limited %v Drop %v Info %v, want a limited warning", n.Limited, n.Drop, n.Info)
 				}
 				args := map[any]any{}

@@ -16,11 +16,13 @@ import (
 // for other events); apply reports whether it lent buf to a client, which
 // then owns it until its writer gives it back to the pool.
 //
-// apply never waits for room in up's send queue: it runs on the upstream
-// reader, the sweep and the connection's own goroutines, none of which may
-// stop while the node is slow to read (the reader waiting on the node's
-// reading would stop every answer and push behind it). A client's frames
-// go through applyClient instead, which does wait.
+// apply never waits for room in up's send queue. It runs on the upstream
+// reader, the fan-out goroutine, the sweep, the connections' dial and
+// failover goroutines, shutdown (failAll) and a session's end
+// (removeClient: the client's unsubscribes, at most max_subscriptions),
+// none of which may stop while the node is slow to read: the reader
+// waiting on the node's reading would stop every answer and push behind
+// it. What a client's frames send goes through applyClient, which waits.
 func (s *Server) apply(e *core.Effects, up *upstreamConn, buf []byte) (lent bool) {
 	return s.carryOut(e, up, buf, false)
 }
@@ -60,8 +62,8 @@ func (s *Server) carryOut(e *core.Effects, up *upstreamConn, buf []byte, wait bo
 		switch {
 		case n.Drop:
 			s.loggedDrop(n.Reason, n.Msg, n.Args...)
-		case n.Limited:
-			s.loggedLimited(n.Msg, n.Args...)
+		case n.Limited != core.NotLimited:
+			s.loggedLimited(n.Limited, n.Msg, n.Args...)
 		case n.Info:
 			s.log.Info(n.Msg, n.Args...)
 		default:

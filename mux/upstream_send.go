@@ -24,8 +24,9 @@ const maxKeptSendQueue = 1 << 20
 const sendQueueLimit = 2 << 20
 
 // smallSend is the most a send may carry and count as small. A small send
-// waits only while the small sends queued ahead of it reach
-// sendQueueLimit, not behind the large requests other clients queued: a
+// waits only while the small sends queued ahead of it pass
+// sendQueueLimit, and a large one while the large ones do (sendQueue.full),
+// not behind the large requests other clients queued: a
 // client sending requests of 30 MiB fills the queue for as long as the
 // node takes to read one, and every other client's eth_blockNumber would
 // wait that long for room (seconds, measured, where the node itself
@@ -139,12 +140,16 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	go u.writeQueued()
 }
 
-// full reports whether a send, small or not, must wait for the writer.
+// full reports whether a send, small or not, must wait for the writer:
+// small and large sends each count only their own kind against
+// sendQueueLimit, so that neither starves the other (large sends racing
+// a steady stream of small ones for room would lose every time).
 func (q *sendQueue) full(small bool) bool {
+	smallBytes := q.smallQueued + q.smallWriting
 	if small {
-		return q.smallQueued+q.smallWriting > sendQueueLimit
+		return smallBytes > sendQueueLimit
 	}
-	return len(q.buf)+q.writingQueued > sendQueueLimit
+	return len(q.buf)+q.writingQueued-smallBytes > sendQueueLimit
 }
 
 // sendNoWait queues frames upstream on u, in order, and returns at once:

@@ -64,36 +64,47 @@ func upstreamProblem(raw string) string {
 // host of the guess.
 func withWSScheme(raw string) string {
 	u, err := url.Parse("ws://" + raw)
-	if err != nil || !plausibleHost(u.Hostname(), u.Port() != "") {
+	if err != nil || !plausibleHost(u.Hostname(), u.Port()) {
 		return ""
 	}
 	return reconnect.Redact("ws://" + raw)
 }
 
-// plausibleHost reports whether h reads as a host name rather than a key:
-// an IP address, localhost, a name of one label when a port follows it,
-// or a DNS name of labels of letters, digits and hyphens, up to 63 bytes
-// each, whose last is letters only (a top-level domain).
-func plausibleHost(h string, withPort bool) bool {
-	if h == "" {
-		return false
+// plausibleHost reports whether h, followed by port ("" for none), reads
+// as a host rather than a key: an IP address without a zone, localhost,
+// or a name of labels of letters, digits, hyphens and underscores, up to
+// 63 bytes each (one trailing dot allowed). With a port (1 to 65535) any
+// such name passes, one label included (a container's name); without
+// one, only a name of two labels or more whose last is letters only (a
+// top-level domain), since a key may look like a name.
+func plausibleHost(h, port string) bool {
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return false
+		}
 	}
-	if _, err := netip.ParseAddr(h); err == nil || strings.EqualFold(h, "localhost") {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Zone() == ""
+	}
+	if strings.EqualFold(h, "localhost") {
 		return true
 	}
-	labels := strings.Split(h, ".")
+	labels := strings.Split(strings.TrimSuffix(h, "."), ".")
 	for _, l := range labels {
 		if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
 			return false
 		}
 		for _, c := range []byte(l) {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 				return false
 			}
 		}
 	}
+	if port != "" {
+		return true
+	}
 	if len(labels) == 1 {
-		return withPort
+		return false
 	}
 	for _, c := range []byte(labels[len(labels)-1]) {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {

@@ -203,28 +203,34 @@ func servedLog(t *testing.T, args ...string) string {
 // TestPlausibleHost: what a "did you mean ws://…?" may show as a host.
 func TestPlausibleHost(t *testing.T) {
 	for _, c := range []struct {
-		host     string
-		withPort bool
-		want     bool
+		host, port string
+		want       bool
 	}{
-		{"127.0.0.1", false, true},
-		{"::1", false, true},
-		{"localhost", false, true},
-		{"LocalHost", false, true},
-		{"node.example", false, true},
-		{"eth-node.internal.example", false, true},
-		{"mynode", true, true},
-		{"mynode", false, false}, // one label and no port: could be a key
-		{"KEY123SECRETVALUEONLY", false, false},
-		{"eyJhbGciOi.eyJzdWIi.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", false, false},
-		{"a.b.c1", false, false}, // the last label is no top-level domain
-		{"node.-example.com", false, false},
-		{"node..example", false, false},
-		{strings.Repeat("a", 64) + ".example", false, false},
-		{"", true, false},
+		{"127.0.0.1", "", true},
+		{"::1", "8546", true},
+		{"fe80::1%eth0", "8546", false}, // a zone could be anything
+		{"localhost", "", true},
+		{"LocalHost", "8546", true},
+		{"node.example", "", true},
+		{"node.example.", "", true},
+		{"eth-node.internal.example", "", true},
+		{"mynode", "8546", true},
+		{"proj_geth_1", "8546", true},      // a Compose v1 container name
+		{"geth.eth-mainnet", "8546", true}, // a Kubernetes service in a namespace
+		{"geth.ns1", "8546", true},
+		{"alice", "123456789", false}, // not a port: a user and password, maybe
+		{"alice", "0", false},
+		{"mynode", "", false}, // one label and no port: could be a key
+		{"KEY123SECRETVALUEONLY", "", false},
+		{"eyJhbGciOi.eyJzdWIi.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", "", false},
+		{"a.b.c1", "", false}, // the last label is no top-level domain
+		{"node.-example.com", "", false},
+		{"node..example", "", false},
+		{strings.Repeat("a", 64) + ".example", "", false},
+		{"", "8546", false},
 	} {
-		if got := plausibleHost(c.host, c.withPort); got != c.want {
-			t.Errorf("plausibleHost(%q, %v) = %v, want %v", c.host, c.withPort, got, c.want)
+		if got := plausibleHost(c.host, c.port); got != c.want {
+			t.Errorf("plausibleHost(%q, %q) = %v, want %v", c.host, c.port, got, c.want)
 		}
 	}
 }
