@@ -10,9 +10,9 @@ import (
 // dispatch hands one frame from client c to the routing core: scanned here,
 // outside the lock, then admitted by core.ClientFrame, whose effects (the
 // client's own answers, frames for the upstream) are carried out after the
-// lock is released. It never blocks on another client, and on the upstream only while its
-// send queue is full (applyClient: backpressure).
-// It reports whether an answer will be sent (false for notifications only),
+// lock is released. It never blocks on another client, and on the upstream
+// only while its send queue is full (applyClient: backpressure). It
+// reports whether an answer will be sent (false for notifications only),
 // for HTTP, which must answer an empty 200 then. dispatch keeps no
 // reference to frame once it returns: the readers reuse its buffer.
 func (s *Server) dispatch(c *Client, frame []byte) bool {

@@ -7,13 +7,13 @@ import (
 	"github.com/muxd/muxd/core"
 )
 
-// TestNoteLimiter: one line per kind per second; the next line let through
+// TestLineLimiter: one line per kind per second; the next line let through
 // says how many were left out; kinds are limited apart.
-func TestNoteLimiter(t *testing.T) {
+func TestLineLimiter(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	ms := time.Millisecond
 	const a, b = core.LimitedSubscriptionRefused, core.NotLimited // two kinds
-	var l noteLimiter
+	var l lineLimiter[core.LimitedNote]
 	for i, c := range []struct {
 		kind       core.LimitedNote
 		at         time.Duration

@@ -62,12 +62,12 @@ type Server struct {
 	peersMu sync.RWMutex
 	peers   map[router.ClientID]*Client
 
-	fanout  fanouts // the upstream reader's hand-off of large fan-outs
-	dropLog dropLimiter
-	noteLog noteLimiter // warnings a client can cause (core.Note.Limited)
-	frames  framePool   // the upstream reader's large frame buffers
-	arenas  arenaPool   // client batches' upstream arrays (arenas.go)
-	reclaim reclaimer   // gives large releases back to the OS
+	fanout  fanouts                       // the upstream reader's hand-off of large fan-outs
+	dropLog lineLimiter[core.DropReason]  // dropped upstream messages' log lines
+	noteLog lineLimiter[core.LimitedNote] // warnings a client can cause (core.Note.Limited)
+	frames  framePool                     // the upstream reader's large frame buffers
+	arenas  arenaPool                     // client batches' upstream arrays (arenas.go)
+	reclaim reclaimer                     // gives large releases back to the OS
 	sweep   core.Effects
 }
 

@@ -277,27 +277,3 @@ func (s *Server) upstreamLost(u *upstreamConn) {
 	s.apply(u.eff, cur, nil)
 	s.applySwitch(sw)
 }
-
-// loggedDrop logs a dropped upstream message (the core counted it), at most
-// once a second per reason so that a misbehaving node cannot flood the log.
-func (s *Server) loggedDrop(r DropReason, msg string, args ...any) {
-	if s.dropLog.allow(r, time.Now()) {
-		s.log.Warn(msg, append(args, "reason", r.String())...)
-	}
-}
-
-// dropLimiter allows one log line per reason per second.
-type dropLimiter struct {
-	mu   sync.Mutex
-	last [core.NumDropReasons]time.Time
-}
-
-func (l *dropLimiter) allow(r DropReason, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.last[r]) < time.Second {
-		return false
-	}
-	l.last[r] = now
-	return true
-}

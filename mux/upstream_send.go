@@ -107,11 +107,7 @@ func (u *upstreamConn) send(frames ...[]byte) {
 		return
 	}
 	if q.writing {
-		// The caller's frames may be reused once send returns: copy.
-		for _, f := range frames {
-			q.buf = append(q.buf, f...)
-			q.ends = append(q.ends, len(q.buf))
-		}
+		q.queueLocked(frames)
 		if small {
 			q.smallQueued += size
 		}
@@ -170,13 +166,19 @@ func (u *upstreamConn) sendNoWait(frames ...[]byte) {
 	if q.broken {
 		return
 	}
-	for _, f := range frames {
-		q.buf = append(q.buf, f...)
-		q.ends = append(q.ends, len(q.buf))
-	}
+	q.queueLocked(frames)
 	if !q.writing {
 		q.writing = true
 		go u.writeQueued()
+	}
+}
+
+// queueLocked copies frames to the end of the queue: the caller may reuse
+// them once its send returns.
+func (q *sendQueue) queueLocked(frames [][]byte) {
+	for _, f := range frames {
+		q.buf = append(q.buf, f...)
+		q.ends = append(q.ends, len(q.buf))
 	}
 }
 

@@ -72,11 +72,10 @@ func withWSScheme(raw string) string {
 
 // plausibleHost reports whether h, followed by port ("" for none), reads
 // as a host rather than a key: an IP address without a zone, localhost,
-// or a name of labels of letters, digits, hyphens and underscores, up to
-// 63 bytes each (one trailing dot allowed). With a port (1 to 65535) any
-// such name passes, one label included (a container's name); without
-// one, only a name of two labels or more whose last is letters only (a
-// top-level domain), since a key may look like a name.
+// or a name (guessedHostName). With a port (1 to 65535) any such name
+// passes, one label included (a container's name); without one, only a
+// name whose last label is letters only (a top-level domain), since a key
+// may look like a name.
 func plausibleHost(h, port string) bool {
 	if port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
@@ -89,30 +88,16 @@ func plausibleHost(h, port string) bool {
 	if strings.EqualFold(h, "localhost") {
 		return true
 	}
-	labels := strings.Split(strings.TrimSuffix(h, "."), ".")
-	for _, l := range labels {
-		if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for _, c := range []byte(l) {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	if port != "" {
-		return true
-	}
-	if len(labels) == 1 {
-		return false
-	}
-	for _, c := range []byte(labels[len(labels)-1]) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			return false
-		}
-	}
-	return true
+	return guessedHostName.MatchString(h) && (port != "" || topLevelDomain.MatchString(h))
 }
+
+// guessedHostName is hostName with underscores (container names such as
+// proj_geth_1) and labels of at most 63 bytes; topLevelDomain matches a
+// name of two labels or more whose last is letters only.
+var (
+	guessedHostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$`)
+	topLevelDomain  = regexp.MustCompile(`\.[A-Za-z]+\.?$`)
+)
 
 // hostName matches a DNS host name (letters, digits, '-', '.'), as a listen
 // address may give one ("localhost").
