@@ -225,6 +225,8 @@ const (
 	memError
 	memLookalike   // differs only in case or escapes from a reserved name
 	memLookalikeID // the same, of "id": a node may read the message as a request
+
+	memUnknown = -1 // not yet classified (memberCursor.plain)
 )
 
 func memberOf(key []byte) int {
@@ -287,13 +289,18 @@ func scanObject(b []byte, i, depth int, md mode, m *Message) (int, error) {
 			break
 		}
 		n++
-		mem := memberOf(key)
+		mem := it.plain
+		if mem == memUnknown {
+			mem = memberOf(key)
+		}
 		vstart := it.i
 		if mem == memParams {
 			m.Subscription = Span{} // a later params member replaces an earlier one
 		}
 		if mem == memParams && md == modeUpstream && vstart < len(b) && b[vstart] == '{' {
 			it.i, err = scanParams(b, vstart, depth+1, m)
+		} else if mem == memVersion && len(b)-vstart >= 5 && string(b[vstart:vstart+5]) == `"2.0"` {
+			it.i = vstart + 5 // the version as nearly every message writes it
 		} else {
 			it.i, err = skipValue(b, vstart, depth+1)
 		}
@@ -363,6 +370,7 @@ type memberCursor struct {
 	b       []byte
 	i       int  // offset of the next token: a value after next, else a separator
 	started bool // a member has been returned
+	plain   int  // the last key's kind when plainMember matched it, else memUnknown
 }
 
 // objectMembers returns a cursor for the object whose '{' is at b[i].
@@ -390,6 +398,13 @@ func (c *memberCursor) next() (key []byte, ok bool, err error) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, false, ErrParse
 	}
+	c.started = true
+	if mem, end := plainMember(b, i); end > 0 {
+		c.plain = mem
+		c.i = skipSpace(b, end)
+		return b[i : end-1], true, nil
+	}
+	c.plain = memUnknown
 	kend, err := skipString(b, i)
 	if err != nil {
 		return nil, false, err
@@ -399,8 +414,48 @@ func (c *memberCursor) next() (key []byte, ok bool, err error) {
 		return nil, false, ErrParse
 	}
 	c.i = skipSpace(b, j+1)
-	c.started = true
 	return b[i:kend], true, nil
+}
+
+// plainMember matches, at the quote b[i], a JSON-RPC member name written
+// plainly and followed at once by its colon, such as "id": , as nearly
+// every client and node writes them. It returns the member's kind and the
+// offset past the colon, or end 0 when the key is anything else, which is
+// then scanned as a string and classified by memberOf. Each comparison is with a
+// constant of at most 16 bytes, which the compiler does in one or two
+// loads.
+func plainMember(b []byte, i int) (mem, end int) {
+	if len(b)-i < 5 {
+		return memOther, 0
+	}
+	r := b[i:]
+	switch r[1] {
+	case 'i':
+		if string(r[:5]) == `"id":` {
+			return memID, i + 5
+		}
+	case 'j':
+		if len(r) >= 10 && string(r[:10]) == `"jsonrpc":` {
+			return memVersion, i + 10
+		}
+	case 'm':
+		if len(r) >= 9 && string(r[:9]) == `"method":` {
+			return memMethod, i + 9
+		}
+	case 'p':
+		if len(r) >= 9 && string(r[:9]) == `"params":` {
+			return memParams, i + 9
+		}
+	case 'r':
+		if len(r) >= 9 && string(r[:9]) == `"result":` {
+			return memResult, i + 9
+		}
+	case 'e':
+		if len(r) >= 8 && string(r[:8]) == `"error":` {
+			return memError, i + 8
+		}
+	}
+	return memOther, 0
 }
 
 // isVersion2 reports whether raw, a jsonrpc member's value, is the string

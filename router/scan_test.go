@@ -750,3 +750,55 @@ func TestPlainRun(t *testing.T) {
 		}
 	}
 }
+
+// TestScanPlainMembers: member names matched whole with their colon
+// (plainMember) and the "2.0" version matched whole are read exactly as the
+// same message written with spaces, which goes the general way.
+func TestScanPlainMembers(t *testing.T) {
+	spaced := strings.NewReplacer(`":`, `" :`, `,"`, ` , "`, `{"`, `{ "`)
+	cases := []struct {
+		name, plain string
+		upstream    bool
+	}{
+		{"request", `{"jsonrpc":"2.0","id":7,"method":"eth_call","params":[{"to":"0x1"},"latest"]}`, false},
+		{"notification", `{"jsonrpc":"2.0","method":"eth_call","params":[]}`, false},
+		{"members reordered", `{"params":[],"method":"m","id":"a","jsonrpc":"2.0"}`, false},
+		{"duplicate id", `{"jsonrpc":"2.0","id":1,"id":2,"method":"m","params":[]}`, false},
+		{"version not 2.0", `{"jsonrpc":"2.0x","id":1,"method":"m","params":[]}`, false},
+		{"version 2", `{"jsonrpc":"2","id":1,"method":"m","params":[]}`, false},
+		{"names with a prefix of a member", `{"jsonrpc":"2.0","idx":1,"id":1,"methods":1,"method":"m","params":[]}`, false},
+		{"result", `{"jsonrpc":"2.0","id":9,"result":"0x00"}`, true},
+		{"error", `{"jsonrpc":"2.0","id":9,"error":{"code":-32000,"message":"x"}}`, true},
+		{"push", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xab","result":{"number":"0x1"}}}`, true},
+	}
+	scans := map[bool]func([]byte, []Message) (Frame, error){false: ScanClient, true: ScanUpstream}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			scan := scans[tc.upstream]
+			pb, sb := []byte(tc.plain), []byte(spaced.Replace(tc.plain))
+			pf, perr := scan(pb, nil)
+			sf, serr := scan(sb, nil)
+			if perr != nil || serr != nil {
+				t.Fatalf("plain %v, spaced %q: %v", perr, sb, serr)
+			}
+			p, s := &pf.Messages[0], &sf.Messages[0]
+			for _, sp := range [][2]Span{{p.Version, s.Version}, {p.ID, s.ID}, {p.Method, s.Method}, {p.Params, s.Params}, {p.Result, s.Result}, {p.Error, s.Error}, {p.Subscription, s.Subscription}} {
+				if !bytes.Equal(sp[0].In(pb), bytes.ReplaceAll(sp[1].In(sb), []byte(" "), nil)) {
+					t.Errorf("plain %q, spaced %q", sp[0].In(pb), sp[1].In(sb))
+				}
+			}
+			if (p.Invalid == nil) != (s.Invalid == nil) || p.Ignored != s.Ignored {
+				t.Errorf("plain: %v %v; spaced %q: %v %v", p.Invalid, p.Ignored, sb, s.Invalid, s.Ignored)
+			}
+		})
+	}
+	// Cut anywhere, a plain message is a parse error, never a read past
+	// its end.
+	for _, tc := range cases {
+		for n := range len(tc.plain) {
+			if _, err := scans[tc.upstream]([]byte(tc.plain[:n]), nil); !errors.Is(err, ErrParse) {
+				t.Errorf("%q: %v, want ErrParse", tc.plain[:n], err)
+			}
+		}
+	}
+}
