@@ -118,6 +118,7 @@ type LimitedNote uint8
 const (
 	NotLimited                 LimitedNote = iota
 	LimitedSubscriptionRefused             // the node refused a subscription whose params a client chose
+	LimitedSubscriptionIDInUse             // the node gave a new subscription the id of another live one
 	NumLimitedNotes
 )
 

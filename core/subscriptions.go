@@ -111,11 +111,37 @@ func (c *Core) internalRequest(e *Effects, kind router.Kind, method string, para
 	return uid
 }
 
+// errSubscriptionIDInUse is what the clients waiting on an eth_subscribe
+// get when the node answers it with the id of another live subscription.
+var errSubscriptionIDInUse = router.ErrorUnavailable.Because("upstream gave the subscription an id already in use")
+
+// subscriptionIDInUse fails the eth_subscribe uid for key, which the node
+// answered with the id of another key's live subscription on this
+// connection: a node bug, after which the node's pushes under that id
+// cannot be told apart. The key live first keeps the id, so that no client
+// gets another subscription's pushes; this one's waiters get
+// errSubscriptionIDInUse, and nothing is unsubscribed (that would end the
+// other one).
+func (c *Core) subscriptionIDInUse(e *Effects, key string, uid uint64, now time.Time) {
+	waiters := c.subs.failed(key, uid)
+	e.noteLimited(LimitedSubscriptionIDInUse, "upstream gave a new subscription the id of another live one: refused", "key", logKey(key), "key_bytes", len(key), "waiters", len(waiters))
+	for _, mem := range waiters {
+		c.dropSub(mem.cl, mem)
+		c.answer(e, mem.cl, mem.req, Delivery{Msg: c.errorBytes(mem.req.ID, errSubscriptionIDInUse)}, router.CodeUnavailable, now)
+		c.ended(mem.cl, 0)
+	}
+	c.subGauges()
+}
+
 // subscribeAnswered handles the node's answer m to muxd's eth_subscribe
 // uid for p.Key.
 func (c *Core) subscribeAnswered(e *Effects, frame []byte, m *router.Message, uid uint64, p *router.Pending, now time.Time) {
 	if m.Result.Present() && frame[m.Result.Off] == '"' {
 		upID := string(m.Result.In(frame))
+		if other := c.subs.byUpstream[upID]; other != nil && other.key != p.Key {
+			c.subscriptionIDInUse(e, p.Key, uid, now)
+			return
+		}
 		sh := c.subs.subscribed(p.Key, uid, upID)
 		if sh == nil {
 			// Everyone left while it was being set up, or the key is

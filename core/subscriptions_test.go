@@ -313,6 +313,20 @@ func TestSubscriptions(t *testing.T) {
 			{do: "up", in: res("1", `"0xaa"`), want: []string{`c1< ` + res("1", `"0xs1"`)}},
 			{do: "begin", want: []string{"idle"}},
 		}},
+		// A buggy node answers a second subscription (another key) with
+		// the id of the live one: its pushes could not be told apart.
+		// The key live first keeps the id and its pushes; the second
+		// fails with muxd's error, and nothing is unsubscribed (that
+		// would end the first).
+		{name: "node_reuses_a_live_subscription_id", steps: liveHeads([]step{
+			{do: "c2", in: sub("7", `["newPendingTransactions"]`), want: []string{"up> " + upSub("2", `["newPendingTransactions"]`)}},
+			{do: "up", in: res("2", `"0xaa"`),
+				want: []string{`c2< {"jsonrpc":"2.0","id":7,"error":{"code":-32002,"message":"upstream unavailable","data":{"reason":"upstream gave the subscription an id already in use"}}}`},
+				keys: []string{headsKey + " live 1"}},
+			{do: "up", in: push(`"0xaa"`, "1"), want: []string{`c1< ` + push(`"0xs1"`, "1")}},
+			{do: "c2", in: sub("8", `["newPendingTransactions"]`), want: []string{"up> " + upSub("3", `["newPendingTransactions"]`)}},
+			{do: "up", in: res("3", `"0xbb"`), want: []string{`c2< ` + res("8", `"0xs3"`)}},
+		})},
 		{name: "unsubscribe_with_bad_params", steps: liveHeads([]step{
 			{do: "c1", in: `{"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe"}`,
 				want: []string{`c1< {"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"invalid params","data":{"reason":"eth_unsubscribe takes one subscription id"}}}`}},

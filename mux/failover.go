@@ -83,6 +83,7 @@ func newNodes(cfg Config, unreachable func(*upstreamNode)) []*upstreamNode {
 			NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),
 			PingInterval: cfg.PingInterval,
 			PingTimeout:  cfg.PingTimeout,
+			AnswerWait:   cfg.RequestTimeout, // a node running calls in order may be silent that long
 			Logger:       cfg.Logger.With("upstream", n.label),
 			OnDialError:  func(error, time.Duration) { unreachable(n) },
 		})

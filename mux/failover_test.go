@@ -773,6 +773,45 @@ func TestFailoverScenarios(t *testing.T) {
 			failovers: map[failover.Reason]float64{failover.ReasonLost: 1},
 		},
 		{
+			// Node 0's request handling hangs while its connection's
+			// reader goes on, as geth's does (its WebSocket layer answers
+			// pings there), and it goes on pushing heads, level with node
+			// 1. Pongs are no proof of hearing: keepalive's own request
+			// goes unanswered, and once node 0 has answered nothing for
+			// request_timeout it is found deaf and dropped: node 1 is
+			// active, reason lost, and answers the next read.
+			name: "answers pings, no request",
+			cfg: func(c *Config) {
+				c.PingInterval = 300 * time.Millisecond
+				c.PingTimeout = 300 * time.Millisecond
+				c.RequestTimeout = time.Second
+			},
+			run: func(t *testing.T, f *failNet, c clients) []int {
+				n := f.nodes[0]
+				n.SetHandler(func(*testnode.Conn, testnode.Req) {}) // never answered; the reader goes on
+				start := time.Now()
+				for f.srv.Active() != 1 {
+					f.advance(0, 1) // level: neither lags nor stalls
+					_, ch := f.srv.Connected()
+					select {
+					case <-ch:
+					case <-time.After(100 * time.Millisecond):
+					}
+					if time.Since(start) > testTimeout {
+						t.Fatalf("node 1 not active %v after node 0 stopped answering", testTimeout)
+					}
+				}
+				if d := time.Since(start); d < time.Second {
+					t.Errorf("node 0 dropped %v after it stopped answering, before request_timeout", d)
+				}
+				c.req.send(readBlock11)
+				wantBlock11(t, f, c.req.answer(`"read"`))
+				return []int{1}
+			},
+			path:      []int{0, 1},
+			failovers: map[failover.Reason]float64{failover.ReasonLost: 1},
+		},
+		{
 			// Node 0 is on another chain id. It is down when muxd
 			// starts, so node 1 sets the chain; once up, node 0 is never
 			// active, though preferred, connected, ahead and failback

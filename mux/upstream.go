@@ -143,7 +143,7 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	if len(f.Messages) > 0 && f.Messages[0].HasID() {
 		u.Answered() // keepalive: the node hears us
 	}
-	if err == nil && len(f.Messages) == 1 && !f.Batch && s.health(u, frame, &f.Messages[0]) {
+	if err == nil && len(f.Messages) == 1 && !f.Batch && (keepaliveAnswer(frame, &f.Messages[0]) || s.health(u, frame, &f.Messages[0])) {
 		clear(u.msgs)
 		return false
 	}
@@ -166,6 +166,13 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 		return true
 	}
 	return s.apply(u.eff, cur, buf)
+}
+
+// keepaliveAnswer reports whether m is the node's answer to keepalive's own
+// request (reconnect.ProbeRequest): hearing, already recorded, and routed
+// nowhere.
+func keepaliveAnswer(frame []byte, m *router.Message) bool {
+	return m.HasID() && string(m.ID.In(frame)) == reconnect.ProbeID
 }
 
 // errResponseTooLarge is what a request gets when the node's answer to it

@@ -56,6 +56,16 @@ type Config struct {
 	// <= 0 means DefaultPingTimeout (10s).
 	PingTimeout time.Duration
 
+	// AnswerWait is how long a node that answers pings (its WebSocket layer
+	// does so on its own) may answer no request at all, keepalive's own
+	// included, before it is found deaf and dropped: its request handling
+	// hangs. A node that runs one connection's requests in order is silent
+	// while it runs a long call, so this should be no shorter than the
+	// longest a client's call may take (muxd sets request_timeout): by then
+	// every request the node holds has been given up. <= 0, or less than
+	// PingInterval+PingTimeout, means PingInterval+PingTimeout.
+	AnswerWait time.Duration
+
 	// DialTimeout bounds each dial attempt. <= 0 means DefaultDialTimeout (10s).
 	DialTimeout time.Duration
 
@@ -114,6 +124,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.PingTimeout <= 0 {
 		cfg.PingTimeout = DefaultPingTimeout
 	}
+	cfg.AnswerWait = max(cfg.AnswerWait, cfg.PingInterval+cfg.PingTimeout)
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}

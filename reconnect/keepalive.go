@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // ErrPingTimeout is wrapped by the error Run reports (in the "upstream lost" log)
@@ -16,6 +18,28 @@ type pinger interface {
 	Ping(ctx context.Context) error
 	CloseNow() error
 }
+
+// prober is a pinger that can also send the node a request of keepalive's
+// own (*websocket.Conn can). keepalive then asks ProbeRequest beside each
+// ping, and only an answer proves that the node hears: a node's WebSocket
+// layer answers pings on its own (geth's does, in its connection reader),
+// so a node whose request handling hangs goes on answering them while every
+// request waits out its deadline.
+type prober interface {
+	pinger
+	Write(ctx context.Context, typ websocket.MessageType, p []byte) error
+}
+
+// ProbeID is the id of keepalive's own request: a string, so that it never
+// collides with the numbers muxd rewrites clients' ids to. The answer to it
+// is hearing like any answer (serve reports it, [Conn.Answered]) and is
+// routed nowhere.
+const ProbeID = `"muxd-keepalive"`
+
+// ProbeRequest is keepalive's own request: eth_chainId, which every node
+// answers at once from its configuration. An error answer proves hearing
+// as well as a result.
+const ProbeRequest = `{"jsonrpc":"2.0","id":` + ProbeID + `,"method":"eth_chainId"}`
 
 // keepalive watches c until ctx is done and drops it once the node has
 // shown no sign of life for too long, or has stopped hearing us. It judges
@@ -37,12 +61,13 @@ type pinger interface {
 //     and returns an error wrapping ErrPingTimeout. So a node that neither
 //     sends nor reads anything is dropped interval+timeout after its last
 //     sign of life, as a silent one was with plain pings.
-//   - If bytes came but nothing was heard (no pong, no answer) by the end
-//     of the ping's timeout, and a message that began after the ping has
-//     been read whole (so the pong is not waiting behind a long message
-//     begun before it), the node is declared deaf and dropped the same
-//     way: it sends (pushes heads and logs, say) but takes nothing of ours,
-//     so every request on the connection would wait out its deadline.
+//   - If bytes came but nothing was heard by the end of the ping's timeout
+//     (see pingCall.deaf: no answer to a request, keepalive's own
+//     ProbeRequest sent before the ping included; where c cannot send one,
+//     no pong either), the node is declared deaf and dropped the same way:
+//     it sends (pushes heads and logs, say, or only pongs) but acts on
+//     nothing of ours, so every request on the connection would wait out
+//     its deadline.
 //     Otherwise the next round pings again. When the ping could not be
 //     sent all round, our writes waiting for the socket throughout, none
 //     taken for interval+timeout (the pause a silent node is allowed),
@@ -54,7 +79,7 @@ type pinger interface {
 // on serve reading concurrently. It returns nil when ctx is done. A ping it
 // started may still be waiting for its pong (bounded by timeout) after it
 // returns; it ends when c is closed.
-func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout time.Duration) error {
+func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout, answerWait time.Duration) error {
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	var p *pingCall // the last ping started
@@ -87,8 +112,10 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 				pong = p.done // a pong ends the wait early
 			}
 			var retry <-chan time.Time
-			if !asked {
+			if !asked || !p.running() && live.hearing() == heardMark {
 				// Our writes were queued: ask as soon as they are out.
+				// Or the pong came and the probe's answer has not: look
+				// for it again shortly (hearing has no signal of its own).
 				retry = time.After(askRetry)
 			}
 			select {
@@ -98,6 +125,7 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 				waiting = live.progress() == mark || live.hearing() == heardMark
 			case <-retry:
 				ask()
+				waiting = live.progress() == mark || live.hearing() == heardMark
 			case <-t.C:
 				waiting = false
 			}
@@ -149,11 +177,42 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout 
 			return nil
 		case <-p.done:
 		}
-		if !p.ponged && live.hearing() == p.heardBefore && live.msgEnds.Load() > p.msgsBefore {
+		if p.deaf(live, answerWait) {
 			c.CloseNow()
+			if p.ponged {
+				return fmt.Errorf("%w: the node answers pings but no request (its own, %s, unanswered) for %s", ErrPingTimeout, probeMethod, live.unheardFor().Round(time.Millisecond))
+			}
 			return fmt.Errorf("%w: the node sends but has taken nothing of ours (no pong, no answer) for %s", ErrPingTimeout, live.unheardFor().Round(time.Millisecond))
 		}
 	}
+}
+
+// probeMethod names ProbeRequest's method in errors.
+const probeMethod = "eth_chainId"
+
+// deaf reports, once p has ended, whether the node has been heard since p
+// was sent, with no message in the way of what would show it:
+//
+//   - No pong and no answer, while a message the node began after the
+//     ping has ended (so the pong does not wait behind a long message
+//     begun before): deaf, with or without a probe.
+//   - A pong is hearing where there was no probe (startPing recorded it).
+//   - With a probe, only an answer is. A node that ponged but has answered
+//     nothing for answerWait, none since the probe, is deaf if a message
+//     begun after the ping has ended, or no message is being read (the
+//     node read our probe before the ping, and writes us nothing its
+//     answer could wait behind). A node answering pings promptly may still
+//     be running a connection's calls in order, one long call ahead of the
+//     probe: answerWait gives it as long as a client's call may take.
+func (p *pingCall) deaf(live *liveness, answerWait time.Duration) bool {
+	if live.hearing() != p.heardBefore {
+		return false
+	}
+	after := live.msgEnds.Load() > p.msgsBefore
+	if !p.ponged {
+		return after
+	}
+	return p.probed && live.unheardFor() >= answerWait && (after || live.msgStarts.Load() == live.msgEnds.Load())
 }
 
 // askRetry is how often keepalive looks again, while our own writes are
@@ -164,6 +223,7 @@ const askRetry = 10 * time.Millisecond
 type pingCall struct {
 	done   chan struct{} // closed when the ping has ended
 	ponged bool          // whether it ended with a pong; read after done
+	probed bool          // ProbeRequest was sent before the ping; read after done
 	// msgsBefore is how many messages serve had begun reading when the
 	// ping was sent: a message numbered above it began after the ping.
 	msgsBefore uint64
@@ -172,19 +232,27 @@ type pingCall struct {
 	heardBefore uint64
 }
 
-// startPing sends one ping and records its pong as proof of life and of
-// hearing. Its context is not keepalive's: cancelling a ping while
-// coder/websocket writes it closes the connection, so it ends on its own,
-// by pong, timeout or close.
+// startPing sends one ping, after ProbeRequest when c is a prober, and
+// records its pong as proof of life, and of hearing when there was no
+// probe (with one, the probe's answer is the hearing). Its context is not
+// keepalive's: cancelling a ping while coder/websocket writes it closes the
+// connection, so it ends on its own, by pong, timeout or close. The probe is
+// written without a deadline for the same reason: keepalive asks only when
+// none of our writes are queued, so it goes at once.
 func startPing(c pinger, live *liveness, timeout time.Duration) *pingCall {
 	p := &pingCall{done: make(chan struct{}), msgsBefore: live.msgStarts.Load(), heardBefore: live.hearing()}
 	go func() {
 		defer close(p.done)
+		if pr, ok := c.(prober); ok {
+			p.probed = pr.Write(context.Background(), websocket.MessageText, []byte(ProbeRequest)) == nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if c.Ping(ctx) == nil {
 			p.ponged = true
-			live.hears()
+			if !p.probed {
+				live.hears()
+			}
 		}
 	}()
 	return p

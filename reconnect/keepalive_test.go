@@ -55,7 +55,18 @@ func TestKeepaliveHealthyUpstream(t *testing.T) {
 		}
 		return true
 	}}
-	url := newServer(t, opts, func(c *websocket.Conn, _ *http.Request) { c.Read(t.Context()) })
+	// A node that works: it reads on (so pings are answered) and answers
+	// each request, keepalive's own among them.
+	url := newServer(t, opts, func(c *websocket.Conn, _ *http.Request) {
+		for {
+			if _, _, err := c.Read(t.Context()); err != nil {
+				return
+			}
+			if c.Write(t.Context(), websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":`+ProbeID+`,"result":"0x1"}`)) != nil {
+				return
+			}
+		}
+	})
 	s := New(Config{
 		Dial:         WebSocketDialer(url, nil, 0),
 		NewBackOff:   fastBackOff,
@@ -65,7 +76,7 @@ func TestKeepaliveHealthyUpstream(t *testing.T) {
 	gens := make(chan uint64, 16)
 	stop := runSupervisor(t, s, func(ctx context.Context, c *Conn) error {
 		gens <- c.Gen
-		return readUntilError(ctx, c)
+		return readReporting(ctx, c)
 	})
 
 	for range 5 {
@@ -220,12 +231,15 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 			}
 		}
 	}
-	// hearing reads and pushes like a node that works: it reads muxd's
-	// frames (so coder/websocket answers pings), answering each if answers.
-	hearing := func(answers bool) func(c *websocket.Conn, _ *http.Request) {
+	// hearing reads like a node's WebSocket layer: it reads muxd's frames
+	// (so coder/websocket answers pings), answering each if answers (a
+	// node whose request handling works), and pushes if pushes.
+	hearing := func(answers, pushes bool) func(c *websocket.Conn, _ *http.Request) {
 		return func(c *websocket.Conn, _ *http.Request) {
 			ctx := context.Background()
-			go pushing(websocketWriter{c}, nil)
+			if pushes {
+				go pushing(websocketWriter{c}, nil)
+			}
 			for {
 				if _, _, err := c.Read(ctx); err != nil {
 					return
@@ -238,25 +252,32 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 			}
 		}
 	}
+	const takesNothing, answersNoRequest = "taken nothing of ours", "answers pings but no request"
 	tests := []struct {
 		name     string
 		node     func() *pipeNode
 		lostWhen time.Duration // 0: kept for watchFor
+		why      string        // in the error, when lost
 	}{
-		{"pushes, takes nothing", func() *pipeNode { return newDeafNode(pushing) }, interval + timeout},
+		{"pushes, takes nothing", func() *pipeNode { return newDeafNode(pushing) }, interval + timeout, takesNothing},
 		// Each write of ours takes 5 ms, as on a busy host, into a socket
 		// with room: that is no sign the node reads.
 		{"pushes, takes nothing, our writes slow", func() *pipeNode {
 			n := newDeafNode(pushing)
 			n.writeDelay = 5 * time.Millisecond
 			return n
-		}, interval + timeout},
+		}, interval + timeout, takesNothing},
 		// It reads nothing: our writes wait for the socket, the ping
 		// cannot even be sent.
-		{"pushes, reads nothing", func() *pipeNode { return newStuckNode(pushing) }, interval + timeout},
-		{"pushes, pongs, answers nothing", func() *pipeNode { return newPipeNode(hearing(false)) }, 0},
-		{"pushes, answers every request", func() *pipeNode { return newPipeNode(hearing(true)) }, 0},
-		{"one slow message, takes nothing", func() *pipeNode { return newDeafNode(slowMessage) }, 0},
+		{"pushes, reads nothing", func() *pipeNode { return newStuckNode(pushing) }, interval + timeout, takesNothing},
+		// Its request handling hangs, its WebSocket layer answers pings
+		// (as geth's does): a pong is not hearing, keepalive's own
+		// request goes unanswered.
+		{"pushes, pongs, answers nothing", func() *pipeNode { return newPipeNode(hearing(false, true)) }, interval + timeout, answersNoRequest},
+		{"pongs, answers nothing, pushes nothing", func() *pipeNode { return newPipeNode(hearing(false, false)) }, interval + timeout, answersNoRequest},
+		{"pushes, answers every request", func() *pipeNode { return newPipeNode(hearing(true, true)) }, 0, ""},
+		{"answers every request, pushes nothing", func() *pipeNode { return newPipeNode(hearing(true, false)) }, 0, ""},
+		{"one slow message, takes nothing", func() *pipeNode { return newDeafNode(slowMessage) }, 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -279,8 +300,8 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 				}
 				r := logs.next(t, "upstream lost")
 				err, _ := attr(r, "err").Any().(error)
-				if !errors.Is(err, ErrPingTimeout) || !strings.Contains(err.Error(), "taken nothing of ours") {
-					t.Errorf("upstream lost err = %v, want ErrPingTimeout for a node that takes nothing", err)
+				if !errors.Is(err, ErrPingTimeout) || !strings.Contains(err.Error(), tt.why) {
+					t.Errorf("upstream lost err = %v, want ErrPingTimeout with %q", err, tt.why)
 				}
 				// The ping goes out once muxd's own write of the moment is
 				// out (askRetry), a little after the check.
@@ -343,7 +364,7 @@ func TestKeepaliveJudgesPingByItsOwnHearing(t *testing.T) {
 				defer node.CloseNow() // ends a ping still out
 				result := make(chan error, 1)
 				start := time.Now()
-				wg.Go(func() { result <- keepalive(ctx, node, live, interval, timeout) })
+				wg.Go(func() { result <- keepalive(ctx, node, live, interval, timeout, interval+timeout) })
 				wg.Go(func() { // what serve reports
 					message := func() { live.msgStarts.Add(1); live.progressed(); live.msgEnds.Add(1) }
 					answers := tt.answers
@@ -413,7 +434,7 @@ func TestKeepaliveQuietJustAfterUnheard(t *testing.T) {
 		defer node.CloseNow()
 		start := time.Now()
 		result := make(chan error, 1)
-		go func() { result <- keepalive(ctx, node, live, interval, timeout) }()
+		go func() { result <- keepalive(ctx, node, live, interval, timeout, interval+timeout) }()
 		time.Sleep(lastPush)
 		live.progressed() // a push, then nothing
 		select {

@@ -21,17 +21,18 @@ import (
 //     node is gone. (A node whose process hangs with a live kernel is
 //     caught once its receive buffer is full and our writes stop.)
 //
-// Hearing, proof that the node reads and acts on what we send: a pong, or
-// an answer to one of our requests (serve reports it, [Conn.Answered]).
+// Hearing, proof that the node reads and acts on what we send: an answer to
+// one of our requests (serve reports it, [Conn.Answered]), or a pong where
+// keepalive cannot send a request of its own (see prober): a node's
+// WebSocket layer may answer pings while its request handling hangs.
 // Bytes read alone are not: a node whose reading has stopped (its request
 // handling hung, or the path towards it frozen) may go on pushing
 // subscription notifications. Nor are our writes taken: a proxy or the
 // kernel on the way takes them whether the node reads or not, and on a
 // busy host a write waits for the CPU as long as for a full socket.
 //
-// A successful ping counts as both (its pong is also a byte read), which is
-// all there is when the connection was made by a DialFunc other than
-// [WebSocketDialer].
+// A successful ping's pong is a byte read, so proof of life; it is hearing
+// too only where no probe could be sent.
 //
 // msgStarts and msgEnds count the messages serve began and finished
 // reading (see [Conn.Reading]): a pong comes after whatever message the node

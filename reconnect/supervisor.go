@@ -177,7 +177,7 @@ func (s *Supervisor) session(ctx context.Context, c *Conn, live *liveness, serve
 	if s.cfg.PingInterval > 0 {
 		go func() {
 			defer close(pingDone)
-			pingErr = keepalive(pingCtx, c.Conn, live, s.cfg.PingInterval, s.cfg.PingTimeout)
+			pingErr = keepalive(pingCtx, c.Conn, live, s.cfg.PingInterval, s.cfg.PingTimeout, s.cfg.AnswerWait)
 		}()
 	} else {
 		close(pingDone)
