@@ -138,7 +138,10 @@ func (c *Core) subscriptionIDInUse(e *Effects, key string, uid uint64, now time.
 func (c *Core) subscribeAnswered(e *Effects, frame []byte, m *router.Message, uid uint64, p *router.Pending, now time.Time) {
 	if m.Result.Present() && frame[m.Result.Off] == '"' {
 		upID := string(m.Result.In(frame))
-		if other := c.subs.byUpstream[upID]; other != nil && other.key != p.Key {
+		if c.subs.byUpstream[upID] != nil {
+			// Another key's live id, or this key's own returned again
+			// to a stale attempt: either way it must not be
+			// unsubscribed.
 			c.subscriptionIDInUse(e, p.Key, uid, now)
 			return
 		}

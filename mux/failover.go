@@ -83,9 +83,11 @@ func newNodes(cfg Config, unreachable func(*upstreamNode)) []*upstreamNode {
 			NewBackOff:   reconnect.ExponentialBackOff(cfg.ReconnectInitial, cfg.ReconnectMax),
 			PingInterval: cfg.PingInterval,
 			PingTimeout:  cfg.PingTimeout,
-			AnswerWait:   cfg.RequestTimeout, // a node running calls in order may be silent that long
-			Logger:       cfg.Logger.With("upstream", n.label),
-			OnDialError:  func(error, time.Duration) { unreachable(n) },
+			// A node running calls in order may be silent while it runs
+			// a call that began up to an interval after its last answer.
+			AnswerWait:  cfg.RequestTimeout + cfg.PingInterval,
+			Logger:      cfg.Logger.With("upstream", n.label),
+			OnDialError: func(error, time.Duration) { unreachable(n) },
 		})
 		nodes[i] = n
 	}

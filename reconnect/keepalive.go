@@ -233,18 +233,29 @@ type pingCall struct {
 }
 
 // startPing sends one ping, after ProbeRequest when c is a prober, and
-// records its pong as proof of life, and of hearing when there was no
-// probe (with one, the probe's answer is the hearing). Its context is not
-// keepalive's: cancelling a ping while coder/websocket writes it closes the
-// connection, so it ends on its own, by pong, timeout or close. The probe is
-// written without a deadline for the same reason: keepalive asks only when
-// none of our writes are queued, so it goes at once.
+// records its pong as proof of life, and of hearing when no probe went
+// out before it (with one, the probe's answer is the hearing). Its context
+// is not keepalive's: cancelling a ping while coder/websocket writes it
+// closes the connection, so it ends on its own, by pong, timeout or close.
+// The probe is written without a deadline for the same reason (keepalive
+// asks only when none of our writes are queued, so it nearly always goes at
+// once); the ping waits for it at most timeout.
 func startPing(c pinger, live *liveness, timeout time.Duration) *pingCall {
 	p := &pingCall{done: make(chan struct{}), msgsBefore: live.msgStarts.Load(), heardBefore: live.hearing()}
 	go func() {
 		defer close(p.done)
 		if pr, ok := c.(prober); ok {
-			p.probed = pr.Write(context.Background(), websocket.MessageText, []byte(ProbeRequest)) == nil
+			// Written on its own goroutine, which ends with the write or
+			// the connection: a write stuck behind another (a node that
+			// reads nothing, our writes queued meanwhile) must not hold
+			// up the ping and this round's verdict. Not written within
+			// timeout, the round is judged by the ping alone.
+			written := make(chan bool, 1)
+			go func() { written <- pr.Write(context.Background(), websocket.MessageText, []byte(ProbeRequest)) == nil }()
+			select {
+			case p.probed = <-written:
+			case <-time.After(timeout):
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()

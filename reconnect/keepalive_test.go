@@ -238,7 +238,9 @@ func TestKeepaliveDropsDeafNode(t *testing.T) {
 		return func(c *websocket.Conn, _ *http.Request) {
 			ctx := context.Background()
 			if pushes {
-				go pushing(websocketWriter{c}, nil)
+				done := make(chan struct{})
+				defer close(done) // the pusher ends with the connection
+				go pushing(websocketWriter{c}, done)
 			}
 			for {
 				if _, _, err := c.Read(ctx); err != nil {
@@ -537,5 +539,84 @@ func superviseKeepalive(t *testing.T, dial DialFunc, interval, timeout time.Dura
 	return logs, start, func() {
 		stopRun()
 		wg.Wait() // the connection is closed: the traffic ends
+	}
+}
+
+// TestPingCallDeaf: the verdict on a ping that has ended, from what was
+// heard and read since it was sent.
+func TestPingCallDeaf(t *testing.T) {
+	const wait = 30 * time.Second
+	tests := []struct {
+		name                  string
+		probed, ponged, heard bool
+		unheard               time.Duration // since the last answer
+		after, midMessage     bool          // a message begun after the ping has ended; one is being read
+		deaf                  bool
+	}{
+		{name: "answered since the ping", probed: true, ponged: true, heard: true, unheard: time.Hour, after: true},
+		{name: "no pong, no answer, pushes", probed: true, unheard: time.Second, after: true, deaf: true},
+		{name: "no pong, no answer, no pushes", probed: true, unheard: time.Second},
+		{name: "no probe, no pong, pushes", unheard: time.Second, after: true, deaf: true},
+		{name: "no probe, pong", ponged: true, unheard: time.Hour, after: true},
+		{name: "pong, no answer, pushes, for answerWait", probed: true, ponged: true, unheard: wait, after: true, deaf: true},
+		{name: "pong, no answer, nothing read, for answerWait", probed: true, ponged: true, unheard: wait, deaf: true},
+		{name: "pong, no answer, for less than answerWait", probed: true, ponged: true, unheard: wait - time.Second, after: true},
+		// The pong slipped in while the node writes us one huge answer,
+		// begun before the ping: the probe's answer waits behind it.
+		{name: "pong, no answer, one long message being read", probed: true, ponged: true, unheard: wait, midMessage: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			live := newLiveness()
+			live.hears()
+			p := &pingCall{probed: tt.probed, ponged: tt.ponged, heardBefore: live.hearing(), msgsBefore: live.msgStarts.Load()}
+			if tt.midMessage {
+				live.msgStarts.Add(1)
+			}
+			if tt.after {
+				live.msgStarts.Add(1)
+				live.msgEnds.Add(1)
+			}
+			if tt.heard {
+				live.hears()
+			}
+			live.heard.last.Store(live.now() - int64(tt.unheard))
+			if got := p.deaf(live, wait); got != tt.deaf {
+				t.Errorf("deaf = %v, want %v", got, tt.deaf)
+			}
+		})
+	}
+}
+
+// TestStartPingProbeStuck: a probe write that never ends (stuck behind
+// another write to a node that reads nothing) holds up neither the ping
+// nor the round: the ping goes out after timeout and the round is judged
+// by it alone.
+func TestStartPingProbeStuck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		live := newLiveness()
+		c := &stuckProber{unansweredPinger: unansweredPinger{closed: make(chan struct{})}}
+		defer c.CloseNow()
+		p := startPing(c, live, time.Second)
+		select {
+		case <-p.done:
+		case <-time.After(time.Minute):
+			t.Fatal("the ping never ended behind a stuck probe")
+		}
+		if p.probed {
+			t.Error("a probe never written counted as sent")
+		}
+	})
+}
+
+// stuckProber's probe write never ends until it is closed.
+type stuckProber struct{ unansweredPinger }
+
+func (p *stuckProber) Write(ctx context.Context, _ websocket.MessageType, _ []byte) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.closed:
+		return net.ErrClosed
 	}
 }
