@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"slices"
 	"time"
 
@@ -20,7 +21,12 @@ func (c *Core) UpstreamFrame(e *Effects, gen uint64, frame []byte, f router.Fram
 	if gen != c.gen && gen == c.drain.gen {
 		defer c.drained(e)
 	}
-	if scanErr != nil {
+	switch {
+	case errors.Is(scanErr, router.ErrEmptyBatch):
+		// Valid JSON, but no answer to anything.
+		c.drop(e, DropUnexpected, "upstream sent an empty array", "gen", gen)
+		return
+	case scanErr != nil:
 		c.drop(e, DropMalformed, "upstream sent a frame that is not valid JSON", "gen", gen, "bytes", len(frame))
 		return
 	}

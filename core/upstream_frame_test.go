@@ -218,7 +218,8 @@ func TestResponsesAndBatches(t *testing.T) {
 			{do: "up", in: `{"jsonrpc":"2.0","method":"eth_subscription","params":{"result":1}}`, want: []string{"drop unexpected"}},
 			{do: "up", in: `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":1}}`, want: []string{"drop unknown_subscription"}},
 			// The empty array is valid JSON, but no answer to anything.
-			{do: "up", in: `[]`, want: []string{"drop malformed"}},
+			{do: "up", in: `[]`, want: []string{"drop unexpected"}},
+			{do: "up", in: ` [ ] `, want: []string{"drop unexpected"}},
 		}},
 		{name: "answer_on_a_connection_no_longer_current", steps: []step{
 			{do: "join"}, {do: "connect"},
