@@ -754,18 +754,7 @@ func TestFailoverScenarios(t *testing.T) {
 				case <-time.After(testTimeout):
 					t.Fatal("node 0 never got the read")
 				}
-				start := time.Now()
-				for f.srv.Active() != 1 {
-					f.advance(0, 1) // level: neither lags nor stalls
-					_, ch := f.srv.Connected()
-					select {
-					case <-ch:
-					case <-time.After(100 * time.Millisecond):
-					}
-					if time.Since(start) > testTimeout {
-						t.Fatalf("node 1 not active %v after node 0 stopped reading", testTimeout)
-					}
-				}
+				levelUntilActive(t, f, 1, "node 0 stopped reading")
 				wantBlock11(t, f, c.req.answer(`"read"`))
 				return []int{1}
 			},
@@ -778,8 +767,9 @@ func TestFailoverScenarios(t *testing.T) {
 			// pings there), and it goes on pushing heads, level with node
 			// 1. Pongs are no proof of hearing: keepalive's own request
 			// goes unanswered, and once node 0 has answered nothing for
-			// request_timeout it is found deaf and dropped: node 1 is
-			// active, reason lost, and answers the next read.
+			// request_timeout + ping_interval it is found deaf and
+			// dropped: node 1 is active, reason lost, and answers the
+			// next read.
 			name: "answers pings, no request",
 			cfg: func(c *Config) {
 				c.PingInterval = 300 * time.Millisecond
@@ -790,17 +780,7 @@ func TestFailoverScenarios(t *testing.T) {
 				n := f.nodes[0]
 				n.SetHandler(func(*testnode.Conn, testnode.Req) {}) // never answered; the reader goes on
 				start := time.Now()
-				for f.srv.Active() != 1 {
-					f.advance(0, 1) // level: neither lags nor stalls
-					_, ch := f.srv.Connected()
-					select {
-					case <-ch:
-					case <-time.After(100 * time.Millisecond):
-					}
-					if time.Since(start) > testTimeout {
-						t.Fatalf("node 1 not active %v after node 0 stopped answering", testTimeout)
-					}
-				}
+				levelUntilActive(t, f, 1, "node 0 stopped answering")
 				if d := time.Since(start); d < time.Second {
 					t.Errorf("node 0 dropped %v after it stopped answering, before request_timeout", d)
 				}
@@ -1144,4 +1124,23 @@ func waitActive(t *testing.T, srv *Server, i int) {
 		_, ch := srv.Connected()
 		return srv.Active() == i, ch
 	})
+}
+
+// levelUntilActive has nodes 0 and 1 mine level (neither lags nor stalls)
+// until node want is active, failing after testTimeout; what says what
+// happened to the other.
+func levelUntilActive(t *testing.T, f *failNet, want int, what string) {
+	t.Helper()
+	start := time.Now()
+	for f.srv.Active() != want {
+		f.advance(0, 1)
+		_, ch := f.srv.Connected()
+		select {
+		case <-ch:
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Since(start) > testTimeout {
+			t.Fatalf("node %d not active %v after %s", want, testTimeout, what)
+		}
+	}
 }
