@@ -39,16 +39,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// PUT and DELETE are refused; any other method carries a JSON-RPC
 	// body as POST does (a GET with a body is a call, not a health check
 	// to answer with nothing), OPTIONS whatever its content type.
+	emptyGet := r.Method == http.MethodGet && r.ContentLength == 0 && r.URL.RawQuery == ""
 	switch {
-	case r.Method == http.MethodGet && r.ContentLength == 0 && r.URL.RawQuery == "":
-		if r.URL.Path != "/" {
-			w.Header().Set("Allow", "POST")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
+	case emptyGet && r.URL.Path == "/":
 		w.WriteHeader(http.StatusOK) // geth's answer, which health checks use
 		return
-	case r.Method == http.MethodPut || r.Method == http.MethodDelete:
+	case emptyGet, r.Method == http.MethodPut, r.Method == http.MethodDelete:
 		w.Header().Set("Allow", "POST")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return

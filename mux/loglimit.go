@@ -15,7 +15,7 @@ import (
 // zero value is ready. Safe for concurrent use.
 type lineLimiter[K ~uint8] struct {
 	mu    sync.Mutex
-	state map[K]lineState
+	state [256]lineState // by kind
 }
 
 type lineState struct {
@@ -28,17 +28,14 @@ type lineState struct {
 func (l *lineLimiter[K]) allow(k K, now time.Time) (ok bool, suppressed int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state == nil {
-		l.state = make(map[K]lineState)
-	}
-	st := l.state[k]
+	st := &l.state[k]
 	if !st.last.IsZero() && now.Sub(st.last) < time.Second {
 		st.suppressed++
-		l.state[k] = st
 		return false, 0
 	}
-	l.state[k] = lineState{last: now}
-	return true, st.suppressed
+	suppressed = st.suppressed
+	*st = lineState{last: now}
+	return true, suppressed
 }
 
 // loggedDrop logs a dropped upstream message (the core counted it), at most

@@ -90,11 +90,7 @@ func (u *upstreamConn) send(frames ...[]byte) {
 		return
 	}
 	q := &u.sq
-	size := 0
-	for _, f := range frames {
-		size += len(f)
-	}
-	small := size <= smallSend
+	small := sendSize(frames) <= smallSend
 	q.mu.Lock()
 	for q.writing && !q.broken && q.full(small) {
 		if q.written.L == nil {
@@ -108,9 +104,6 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	}
 	if q.writing {
 		q.queueLocked(frames)
-		if small {
-			q.smallQueued += size
-		}
 		q.mu.Unlock()
 		return
 	}
@@ -173,13 +166,26 @@ func (u *upstreamConn) sendNoWait(frames ...[]byte) {
 	}
 }
 
-// queueLocked copies frames to the end of the queue: the caller may reuse
-// them once its send returns.
+// queueLocked copies frames to the end of the queue (the caller may reuse
+// them once its send returns), counting them in smallQueued when they are
+// a small send.
 func (q *sendQueue) queueLocked(frames [][]byte) {
+	start := len(q.buf)
 	for _, f := range frames {
 		q.buf = append(q.buf, f...)
 		q.ends = append(q.ends, len(q.buf))
 	}
+	if n := len(q.buf) - start; n <= smallSend {
+		q.smallQueued += n
+	}
+}
+
+// sendSize is the bytes a send carries.
+func sendSize(frames [][]byte) (n int) {
+	for _, f := range frames {
+		n += len(f)
+	}
+	return n
 }
 
 // writeQueued is the writer goroutine: it writes what is queued until the

@@ -60,10 +60,12 @@ type Config struct {
 	// does so on its own) may answer no request at all, keepalive's own
 	// included, before it is found deaf and dropped: its request handling
 	// hangs. A node that runs one connection's requests in order is silent
-	// while it runs a long call, so this should be no shorter than the
-	// longest a client's call may take (muxd sets request_timeout): by then
-	// every request the node holds has been given up. <= 0, or less than
-	// PingInterval+PingTimeout, means PingInterval+PingTimeout.
+	// while it runs a long call, begun up to PingInterval after its last
+	// answer, so this should be no shorter than the longest a client's call
+	// may take plus PingInterval (muxd sets request_timeout +
+	// ping_interval). It is judged at the end of a ping round, so up to
+	// PingTimeout later. <= 0, or less than PingInterval+PingTimeout, means
+	// PingInterval+PingTimeout.
 	AnswerWait time.Duration
 
 	// DialTimeout bounds each dial attempt. <= 0 means DefaultDialTimeout (10s).

@@ -36,10 +36,13 @@ type prober interface {
 // routed nowhere.
 const ProbeID = `"muxd-keepalive"`
 
-// ProbeRequest is keepalive's own request: eth_chainId, which every node
+// ProbeRequest is keepalive's own request: probeMethod, which every node
 // answers at once from its configuration. An error answer proves hearing
 // as well as a result.
-const ProbeRequest = `{"jsonrpc":"2.0","id":` + ProbeID + `,"method":"eth_chainId"}`
+const ProbeRequest = `{"jsonrpc":"2.0","id":` + ProbeID + `,"method":"` + probeMethod + `"}`
+
+// probeMethod is ProbeRequest's method, named in errors.
+const probeMethod = "eth_chainId"
 
 // keepalive watches c until ctx is done and drops it once the node has
 // shown no sign of life for too long, or has stopped hearing us. It judges
@@ -186,9 +189,6 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout,
 		}
 	}
 }
-
-// probeMethod names ProbeRequest's method in errors.
-const probeMethod = "eth_chainId"
 
 // deaf reports, once p has ended, whether the node has been heard since p
 // was sent, with no message in the way of what would show it:

@@ -421,9 +421,9 @@ func (c *memberCursor) next() (key []byte, ok bool, err error) {
 // plainly and followed at once by its colon, such as "id": , as nearly
 // every client and node writes them. It returns the member's kind and the
 // offset past the colon, or end 0 when the key is anything else, which is
-// then scanned as a string and classified by memberOf. Each comparison is with a
-// constant of at most 10 bytes, which the compiler does in one or two
-// loads.
+// then scanned as a string and classified by memberOf. Each comparison is
+// with a constant of at most 10 bytes, which the compiler does in one or
+// two loads.
 func plainMember(b []byte, i int) (mem, end int) {
 	if len(b)-i < 5 {
 		return memOther, 0
