@@ -3,7 +3,9 @@
 # compiler (gcc) with cgo; scripts/prereqs.sh says which is missing.
 #
 #   make test   go vet + all tests with -race; the geth --dev integration tests
-#               use .bin/geth (installed here) or $MUXD_GETH if set
+#               use .bin/geth (installed here) or $MUXD_GETH if set; the
+#               client-library tests (integration/clients) use the npm packages
+#               package-lock.json pins (installed here: scripts/install-node-deps.sh)
 #   make geth   install the pinned geth into .bin/geth (scripts/install-geth.sh)
 #   make fuzz   short fuzz runs of every FuzzXxx target (FUZZTIME each, default 20s)
 #   make dev    geth --dev on ws://127.0.0.1:8546 + muxd on ws://127.0.0.1:8547
@@ -22,7 +24,8 @@ GETH_BIN := $(CURDIR)/.bin/geth
 .PHONY: test geth fuzz dev bench-smoke
 
 # With MUXD_GETH set the install is skipped and that binary is used. A failed
-# install is fatal under CI=true; locally the geth tests then skip instead.
+# install (geth, or the npm packages: needs node and npm) is fatal under
+# CI=true; locally the tests needing it then skip instead.
 test:
 	@GO="$(GO)" bash scripts/prereqs.sh race
 	@if [[ -z "$${MUXD_GETH:-}" ]]; then \
@@ -30,6 +33,10 @@ test:
 			if [[ "$${CI:-}" == true ]]; then echo "make test: geth install failed" >&2; exit 1; fi; \
 			echo "make test: geth install failed; geth integration tests will skip" >&2; \
 		fi; \
+	fi
+	@if ! bash scripts/install-node-deps.sh; then \
+		if [[ "$${CI:-}" == true ]]; then echo "make test: npm package install failed" >&2; exit 1; fi; \
+		echo "make test: npm package install failed; client-library tests (integration/clients) will skip" >&2; \
 	fi
 	@if [[ -z "$${MUXD_GETH:-}" && -x "$(GETH_BIN)" ]]; then export MUXD_GETH="$(GETH_BIN)"; fi; \
 	echo "make test: MUXD_GETH=$${MUXD_GETH:-<unset>}"; \
