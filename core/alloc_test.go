@@ -2,6 +2,7 @@ package core
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,6 +103,16 @@ func TestAllocsPushFanout(t *testing.T) {
 // by id, and the client's array is spliced into the memory the request
 // array was laid out in.
 func TestAllocsAnswerToBatch(t *testing.T) {
+	// The node may answer an array in any order; the client gets request
+	// order either way, with no allocation.
+	for _, reversed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "node_in_order", true: "node_reversed"}[reversed], func(t *testing.T) {
+			allocsAnswerToBatch(t, reversed)
+		})
+	}
+}
+
+func allocsAnswerToBatch(t *testing.T, reversed bool) {
 	const n = 10
 	h := newHarness(t, func(c *Config) {
 		c.Observer = nil
@@ -112,19 +123,27 @@ func TestAllocsAnswerToBatch(t *testing.T) {
 	h.join(false)
 	h.connect()
 	answers := make([]scanned, allocRuns+1) // AllocsPerRun warms up once
+	wants := make([]string, allocRuns+1)
 	uid := 0
 	for i := range answers {
-		req, ans := "[", "["
+		req, want := "[", "["
+		var elems []string
 		for k := range n {
 			if k > 0 {
-				req, ans = req+",", ans+","
+				req, want = req+",", want+","
 			}
 			uid++
 			req += `{"jsonrpc":"2.0","id":"c` + strconv.Itoa(uid) + `","method":"eth_call","params":[{"to":"0x6b175474e89094c44da98b954eedeac495271d0f"},"latest"]}`
-			ans += res(strconv.Itoa(uid), `"0x`+strconv.Itoa(1000+uid)+`"`)
+			result := `"0x` + strconv.Itoa(1000+uid) + `"`
+			elems = append(elems, res(strconv.Itoa(uid), result))
+			want += res(`"c`+strconv.Itoa(uid)+`"`, result)
+		}
+		if reversed {
+			slices.Reverse(elems)
 		}
 		h.clientFrame(1, req+"]")
-		answers[i] = scanUpstream(t, ans+"]")
+		answers[i] = scanUpstream(t, "["+strings.Join(elems, ",")+"]")
+		wants[i] = want + "]"
 	}
 	var e Effects
 	i := 0
@@ -134,6 +153,9 @@ func TestAllocsAnswerToBatch(t *testing.T) {
 		h.c.UpstreamFrame(&e, h.gen, a.frame, a.f, nil, h.now)
 		if len(e.Deliveries) != 1 {
 			t.Fatalf("answer %d: %d deliveries, want 1", i, len(e.Deliveries))
+		}
+		if string(e.Deliveries[0].Msg) != wants[i-1] {
+			t.Fatalf("answer %d:\n got %s\nwant %s", i, e.Deliveries[0].Msg, wants[i-1])
 		}
 	})
 	if got != 0 {

@@ -62,7 +62,8 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 	var (
 		up      *router.UpstreamBatch
 		expect  bool
-		answers [][]byte // muxd's own answers to batch elements
+		answers []slotAnswer // muxd's own answers to batch elements
+		slot    int          // the next answered element's place in b
 	)
 	var memo methodMemo
 	if batch {
@@ -74,16 +75,18 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		resp := c.admit(e, cl, frame, m, b, up, &memo, now)
-		if m.HasID() || m.Invalid != nil {
-			expect = true
-		}
+		resp := c.admit(e, cl, frame, m, b, slot, up, &memo, now)
+		answered := m.HasID() || m.Invalid != nil
 		switch {
 		case resp == nil:
 		case b == nil:
 			e.deliver(cl, Delivery{Msg: resp})
 		default:
-			answers = append(answers, resp)
+			answers = append(answers, slotAnswer{slot, resp})
+		}
+		if answered {
+			expect = true
+			slot++
 		}
 	}
 	if up != nil && up.Len() > 0 && c.gen != 0 {
@@ -92,7 +95,7 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 		c.sendArrays(e, up)
 	}
 	for _, a := range answers {
-		if b.Add(a) {
+		if b.Add(a.slot, a.resp) {
 			// Completed by muxd's own answers: the batch's
 			// subscriptions start receiving pushes now.
 			c.batchDone(e, cl, b)
@@ -100,6 +103,12 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 	}
 	c.finish(e)
 	return expect
+}
+
+// slotAnswer is muxd's own answer to the batch element of slot.
+type slotAnswer struct {
+	slot int
+	resp []byte
 }
 
 // maxUpstreamIDLen is the longest id muxd writes upstream: a uint64 in
@@ -135,8 +144,8 @@ func (c *Core) method(frame []byte, m *router.Message, memo *methodMemo) (string
 // admit decides what happens to one message. It returns muxd's own answer
 // when there is one now, or nil when the message went (or will go)
 // upstream. up collects the forwarded elements of a client batch (nil for
-// a single message).
-func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b *router.Batch, up *router.UpstreamBatch, memo *methodMemo, now time.Time) []byte {
+// a single message); slot is m's place in b's answer array.
+func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b *router.Batch, slot int, up *router.UpstreamBatch, memo *methodMemo, now time.Time) []byte {
 	var id []byte
 	if m.HasID() {
 		id = m.ID.In(frame)
@@ -197,6 +206,7 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 		Sent:     now,
 		Deadline: now.Add(c.cfg.RequestTimeout),
 		Batch:    b,
+		Slot:     slot,
 	}
 	// p outlives frame, whose buffer the reader reuses: it keeps a copy
 	// of the client's id.
@@ -312,7 +322,7 @@ func (c *Core) reply(e *Effects, cl *client, id []byte, err router.RPCError) {
 func (c *Core) answer(e *Effects, cl *client, p *router.Pending, d Delivery, code int, now time.Time) {
 	c.answered(p, code, now)
 	if p.Batch != nil {
-		if p.Batch.Add(d.Msg) {
+		if p.Batch.Add(p.Slot, d.Msg) {
 			c.batchDone(e, cl, p.Batch)
 		}
 		return

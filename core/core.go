@@ -108,8 +108,10 @@ type Core struct {
 	heads           headView
 	fin             finalizedView
 
-	// Scratch reused from one event to the next.
-	uids []uint64
+	// Scratch reused from one event to the next: upstream ids, and the
+	// elements of an array answer in their batch's request order.
+	uids  []uint64
+	order []int
 	// batches is the free list of client batches' upstream bookkeeping,
 	// given back when an array answer completes a batch (wholeBatch).
 	batches router.UpstreamBatches

@@ -378,7 +378,7 @@ func TestSubscriptions(t *testing.T) {
 			{do: "c1", in: `[` + sub("1", heads) + `,` + req("2", "eth_chainId") + `]`,
 				want: []string{"up> " + upSub("1", heads), `up> ` + req("2", "eth_chainId")}},
 			{do: "up", in: res("2", `"0x1"`)},
-			{do: "up", in: res("1", `"0xaa"`), want: []string{`c1< [` + res("2", `"0x1"`) + `,` + res("1", `"0xs1"`) + `]`}},
+			{do: "up", in: res("1", `"0xaa"`), want: []string{`c1< [` + res("1", `"0xs1"`) + `,` + res("2", `"0x1"`) + `]`}},
 			{do: "up", in: push(`"0xaa"`, "1"), want: []string{`c1< ` + push(`"0xs1"`, "1")}},
 		}},
 	})

@@ -182,7 +182,8 @@ const wholeBatchMax = 64 << 10
 // wholeBatch is the fast path for the common case of a client batch: the
 // node's array answer holds exactly the answers to one client batch,
 // nothing of which has been answered otherwise. The ids are spliced in one
-// pass into the client's array, with no per-element copies and no
+// pass into the client's array, in the order of the client's request
+// (whatever order the node answered in), with no per-element copies and no
 // re-assembly, and the batch's accounting is done once. It reports false,
 // having changed nothing, when the case does not apply.
 func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now time.Time) bool {
@@ -214,6 +215,22 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 	if b == nil {
 		return false
 	}
+	// order[slot] is the element answering the request element of that
+	// slot: the batch's slots are 0 to n-1, one per call (untouched, all
+	// n of its answers are here).
+	order := c.order[:0]
+	for range msgs {
+		order = append(order, -1)
+	}
+	c.order = order
+	for i := range msgs {
+		uid, _ := router.ParseUpstreamID(msgs[i].ID.In(frame))
+		p, _ := c.reqs.Peek(uid)
+		if p.Slot < 0 || p.Slot >= len(order) || order[p.Slot] >= 0 {
+			return false
+		}
+		order[p.Slot] = i
+	}
 	cl := c.clients[b.Client]
 	first, _ := c.reqs.Peek(uids[0])
 	up := first.Up
@@ -231,7 +248,7 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 	}
 	out = append(out, '[')
 	held := 0
-	for i := range msgs {
+	for k, i := range order {
 		m := &msgs[i]
 		elem, idSpan := router.Element(frame, m)
 		uid, _ := router.ParseUpstreamID(idSpan.In(elem))
@@ -239,7 +256,7 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 		// below. Only the Frame's length is read: its bytes may lie
 		// where out is written.
 		p, _ := c.reqs.Peek(uid)
-		if i > 0 {
+		if k > 0 {
 			out = append(out, ',')
 		}
 		held += len(p.Frame)

@@ -26,8 +26,9 @@ func TestResponsesAndBatches(t *testing.T) {
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: "[" + a + "," + b + "]",
 				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			// The node answers in its own order; the client gets request order.
 			{do: "up", in: "[" + res("2", `"0x10"`) + "," + res("1", `"0x1"`) + "]",
-				want:   []string{`c1< [` + res(`"b"`, `"0x10"`) + `,` + res(`"a"`, `"0x1"`) + `]`},
+				want:   []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x10"`) + `]`},
 				counts: map[string]int{"answered 0 upstream": 2}},
 		}},
 		{name: "batch_answered_element_by_element", steps: []step{
@@ -36,16 +37,40 @@ func TestResponsesAndBatches(t *testing.T) {
 				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
 			{do: "up", in: res("2", `"0x10"`)},
 			{do: "up", in: "[" + res("1", `"0x1"`) + "]",
-				want: []string{`c1< [` + res(`"b"`, `"0x10"`) + `,` + res(`"a"`, `"0x1"`) + `]`}},
+				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` + res(`"b"`, `"0x10"`) + `]`}},
 		}},
 		{name: "batch_with_own_answers_and_a_notification", steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: "[" + a + `,{"jsonrpc":"2.0","method":"eth_foo"},` + req("2", "admin_peers") + `,1]`,
 				want: []string{`up> [` + req("1", "eth_chainId") + `,{"jsonrpc":"2.0","method":"eth_foo"}]`}},
 			{do: "up", in: "[" + res("1", `"0x1"`) + "]",
-				want: []string{`c1< [{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}},` +
+				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` +
+					`{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}},` +
+					`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request","data":{"reason":"batch element is not an object"}}}]`}},
+		}},
+		{name: "batch_answers_in_request_order_whoever_answers", cfg: func(c *Config) { c.CacheBytes = 1 << 20; c.MaxBatch = 8 }, steps: []step{
+			// ethers 5 and web3.js 4 pair a batch's answers by position:
+			// the array follows the request's elements whoever answered
+			// each (the node in its own order, the cache, muxd's refusals).
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: req(`"x"`, "eth_chainId"), want: []string{`up> ` + req("1", "eth_chainId")}},
+			{do: "up", in: res("1", `"0x539"`), want: []string{`c1< ` + res(`"x"`, `"0x539"`)}},
+			{do: "c1", in: "[" + req("1", "eth_blockNumber") + "," + req("2", "eth_chainId") + "]",
+				want: []string{`up> ` + req("2", "eth_blockNumber")}},
+			{do: "up", in: res("2", `"0x10"`),
+				want: []string{`c1< [` + res("1", `"0x10"`) + `,` + res("2", `"0x539"`) + `]`}},
+			{do: "c1", in: "[" + req("1", "eth_blockNumber") + "," + req("2", "eth_chainId") + "," + req("3", "admin_peers") + "," +
+				`{"jsonrpc":"2.0","id":4},{"jsonrpc":"2.0","method":"eth_foo"},` + req("5", "eth_gasPrice") + `,7,` + req(`"z"`, "net_version") + "]",
+				want: []string{`up> [` + req("3", "eth_blockNumber") + `,{"jsonrpc":"2.0","method":"eth_foo"},` + req("4", "eth_gasPrice") + `]`}},
+			{do: "up", in: "[" + res("4", `"0x2"`) + "," + res("3", `"0x11"`) + "]",
+				want: []string{`up> ` + req("5", "net_version")}},
+			{do: "up", in: res("5", `"1"`),
+				want: []string{`c1< [` + res("1", `"0x11"`) + `,` + res("2", `"0x539"`) + `,` +
+					`{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}},` +
+					`{"jsonrpc":"2.0","id":4,"error":{"code":-32600,"message":"invalid request","data":{"reason":"method must be a string"}}},` +
+					res("5", `"0x2"`) + `,` +
 					`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request","data":{"reason":"batch element is not an object"}}},` +
-					res(`"a"`, `"0x1"`) + `]`}},
+					res(`"z"`, `"1"`) + `]`}},
 		}},
 		{name: "batch_answered_by_muxd_alone", steps: []step{
 			{do: "join"}, {do: "connect"},
@@ -65,7 +90,7 @@ func TestResponsesAndBatches(t *testing.T) {
 			{do: "c1", in: "[" + a + "," + req("2", "admin_peers") + "]",
 				want: []string{`up> ` + req("1", "eth_chainId")}},
 			{do: "up", in: res("1", `"0x1"`),
-				want: []string{`c1< [{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}},` + res(`"a"`, `"0x1"`) + `]`}},
+				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"the method admin_peers does not exist/is not available","data":{"reason":"denied"}}}]`}},
 		}},
 		{name: "long_batch_goes_as_consecutive_arrays", steps: []step{
 			{do: "join"}, {do: "connect"},
@@ -110,9 +135,9 @@ func TestResponsesAndBatches(t *testing.T) {
 				counts: map[string]int{"answered -32600 upstream": 3}},
 			{do: "up", in: res("4", `"1"`),
 				want: []string{`c1< [` +
+					`{"jsonrpc":"2.0","id":"a","error":{"code":-32600,"message":"batch too large"}},` +
 					`{"jsonrpc":"2.0","id":"b","error":{"code":-32600,"message":"batch too large"}},` +
 					`{"jsonrpc":"2.0","id":"c","error":{"code":-32600,"message":"batch too large"}},` +
-					`{"jsonrpc":"2.0","id":"a","error":{"code":-32600,"message":"batch too large"}},` +
 					res(`"d"`, `"1"`) + `]`}},
 		}},
 		{name: "whole_answer_to_an_array_sends_the_notifications_after_it", steps: []step{

@@ -13,9 +13,10 @@ func TestBatch(t *testing.T) {
 	if b.Client != 3 || b.Want() != n || b.Complete() {
 		t.Fatalf("new batch: %+v", b)
 	}
-	// Answers arrive in any order; muxd's own errors mix in.
+	// Answers arrive in any order; muxd's own errors mix in. The array
+	// holds them in slot (request) order.
 	order := []int{4, 0, 3, 1, 2}
-	var parts []string
+	parts := make([]string, n)
 	for k, i := range order {
 		var resp []byte
 		if i == 3 {
@@ -23,8 +24,8 @@ func TestBatch(t *testing.T) {
 		} else {
 			resp = AppendResultResponse(nil, []byte(strconv.Itoa(i)), []byte(`{"n":`+strconv.Itoa(i)+`}`))
 		}
-		parts = append(parts, string(resp))
-		complete := b.Add(resp)
+		parts[i] = string(resp)
+		complete := b.Add(i, resp)
 		if complete != (k == n-1) || b.Complete() != complete {
 			t.Fatalf("after %d answers: complete %v %v", k+1, complete, b.Complete())
 		}
@@ -54,14 +55,20 @@ func TestBatch(t *testing.T) {
 
 func TestBatchExtraAnswers(t *testing.T) {
 	b := NewBatch(1, 2)
-	if b.Add([]byte(`1`)) {
+	if b.Add(1, []byte(`2`)) {
 		t.Fatal("complete after 1 of 2")
 	}
-	if !b.Add([]byte(`2`)) || !b.Complete() {
+	// A second answer to a filled slot, or to no slot, is ignored.
+	for _, slot := range []int{1, -1, 2} {
+		if b.Add(slot, []byte(`9`)) || b.Complete() {
+			t.Fatalf("answer to slot %d counted", slot)
+		}
+	}
+	if !b.Add(0, []byte(`1`)) || !b.Complete() {
 		t.Fatal("not complete")
 	}
 	// Add reports completion exactly once; later answers are ignored.
-	if b.Add([]byte(`3`)) || !b.Complete() {
+	if b.Add(0, []byte(`3`)) || !b.Complete() {
 		t.Fatal("extra answer reported as completing")
 	}
 	if got := string(b.Encode()); got != `[1,2]` {
@@ -71,11 +78,11 @@ func TestBatchExtraAnswers(t *testing.T) {
 
 func TestBatchAddAfterEncode(t *testing.T) {
 	b := NewBatch(1, 1)
-	b.Add([]byte(`1`))
+	b.Add(0, []byte(`1`))
 	if got := string(b.Encode()); got != `[1]` {
 		t.Fatalf("Encode = %s", got)
 	}
-	if b.Add([]byte(`2`)) || !b.Complete() {
+	if b.Add(0, []byte(`2`)) || !b.Complete() {
 		t.Fatal("an answer after Encode completed the batch again")
 	}
 	for _, p := range b.parts {
@@ -87,7 +94,7 @@ func TestBatchAddAfterEncode(t *testing.T) {
 
 func TestBatchSingle(t *testing.T) {
 	b := NewBatch(1, 1)
-	if !b.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":null}`)) {
+	if !b.Add(0, []byte(`{"jsonrpc":"2.0","id":1,"result":null}`)) {
 		t.Fatal("not complete")
 	}
 	if got := string(b.Encode()); got != `[{"jsonrpc":"2.0","id":1,"result":null}]` {

@@ -27,4 +27,4 @@ func (r *Requests) NextDeadline() (time.Time, bool) {
 }
 
 // Complete reports whether every expected answer is in.
-func (b *Batch) Complete() bool { return len(b.parts) >= b.want }
+func (b *Batch) Complete() bool { return b.filled >= b.want }

@@ -32,6 +32,9 @@ type Pending struct {
 	Sent     time.Time // when the client's request reached muxd
 	Deadline time.Time
 	Batch    *Batch // the client batch it belongs to, nil for a single request
+	// Slot is its answer's place in Batch's array (Batch.Add): its
+	// position among the batch's answered elements, in request order.
+	Slot int
 	// Up is what the node sees of that batch: the array the request goes
 	// upstream in. nil for a single request and for muxd's own.
 	Up    *UpstreamBatch
