@@ -179,6 +179,9 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 		return nil
 	}
 	c.obs.Request(method)
+	if c.shut {
+		return c.errorBytes(id, c.shutErr)
+	}
 	if cl.inflight >= c.cfg.MaxInFlight {
 		c.obs.Limit("in_flight")
 		return c.errorBytes(id, router.ErrorLimit.Because("too many requests in flight"))
@@ -255,7 +258,7 @@ func (c *Core) notification(e *Effects, elem []byte, method string, up *router.U
 	switch {
 	case method == methodSubscribe || method == methodUnsubscribe:
 		c.obs.Dropped(DropSubscribeNotification)
-	case c.gen == 0:
+	case c.gen == 0 || c.shut:
 		c.obs.Dropped(DropNoUpstream)
 	case up != nil:
 		up.AddNotification(append(up.Room(), elem...))

@@ -144,10 +144,18 @@ func (c *Core) BeginShutdown() (idle bool) {
 
 // Shutdown answers every request still owed an answer (in flight, waiting
 // for an upstream, or waiting on a subscription) with err, and returns how
-// many; used when the server stops.
+// many; used when the server stops. It also makes the core shut, for good:
+// Join takes no session, and ClientFrame answers every request from then
+// on (each batch element with an id, eth_subscribe and eth_unsubscribe
+// too) with err at once and drops notifications (DropNoUpstream), so that
+// nothing of a client's goes upstream any more and a session that goes on
+// sending is never owed an answer beyond the event that read its request.
+// What muxd answers without the node (parse errors, invalid requests,
+// denied methods) is answered as always.
 func (c *Core) Shutdown(e *Effects, err router.RPCError, now time.Time) int {
 	e.Reset()
 	defer c.finish(e)
+	c.closing, c.shut, c.shutErr = true, true, err
 	var done []router.Pending
 	c.reqs.Discard(func(_ uint64, p router.Pending) {
 		c.settled(&p)

@@ -88,6 +88,11 @@ type Core struct {
 	// event's finish, which reports them (Effects.Released).
 	released int
 	closing  bool
+	// shut is set by Shutdown: from then on every request a client sends
+	// is answered shutErr by the core itself and nothing of a client's
+	// goes upstream.
+	shut    bool
+	shutErr router.RPCError
 
 	// gap makes subscriptions gap-free; gapReqs maps the upstream id of
 	// each of its requests in flight to the machine's id.

@@ -15,7 +15,8 @@
 //     comes, speaks (frames scanned by router.ScanUpstream, or
 //     router.ScanResponseHead for a large answer), and goes.
 //   - Tick: time passes (deadlines, waits for an upstream, backfill timers).
-//   - BeginShutdown, Shutdown: stop taking sessions; answer what is owed.
+//   - BeginShutdown, Shutdown: stop taking sessions; answer what is owed,
+//     and from Shutdown on answer every request at once, forwarding none.
 //
 // Effects are deliveries to clients, each numbered in its client's
 // sequence (Delivery.Seq), so that the effects of events applied by

@@ -12,7 +12,7 @@ const (
 	DropUnknownSubscription                     // push for a subscription nobody holds
 	DropMalformed                               // upstream frame that is not valid JSON
 	DropUnexpected                              // upstream message that is neither a response nor a push
-	DropNoUpstream                              // client notification while no upstream is connected
+	DropNoUpstream                              // client notification while no upstream is connected, or once shut (Core.Shutdown)
 	DropSubscribeNotification                   // client eth_subscribe/eth_unsubscribe (or another namespace's) sent without an id
 	DropIgnoredNotification                     // client notification the node would not run as muxd reads it (router.Message.Ignored)
 	DropClientGone                              // answer to a call whose client left while the node ran it

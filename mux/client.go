@@ -56,6 +56,11 @@ type Client struct {
 	finishing    bool
 	finishCode   int
 	finishReason string
+	// sealed is set, under Server.mu, once the session is to close
+	// (finished): the frames its reader reads from then on are not handed
+	// to the core, so that none is owed an answer the close would cut.
+	// Guarded by Server.mu.
+	sealed bool
 
 	// scan is the scan buffer of dispatch, owned by the session's reader.
 	scan []router.Message
@@ -155,7 +160,10 @@ func (c *Client) finish(code int, reason string) {
 	}
 }
 
-// finished reports whether a finish was asked for and is now due.
+// finished reports whether a finish was asked for and is now due. Once it
+// is, the session is sealed: the reader, which goes on reading until the
+// close ends it, hands the core nothing more (dispatch), so every request
+// the core took has its answer written before the close.
 func (c *Client) finished() (bool, int, string) {
 	c.finishMu.Lock()
 	f, code, reason := c.finishing, c.finishCode, c.finishReason
@@ -167,12 +175,22 @@ func (c *Client) finished() (bool, int, string) {
 	// event that numbers its answer, so once nothing is in flight every
 	// answer owed has a number, and the queue knows whether it has been
 	// queued and written.
-	c.srv.mu.Lock()
-	inflight, seq := c.srv.core.Owed(c.id)
-	c.srv.mu.Unlock()
+	s := c.srv
+	s.mu.Lock()
+	inflight, seq := s.core.Owed(c.id)
+	s.mu.Unlock()
 	if inflight > 0 || !c.out.caughtUp(seq) {
 		return false, 0, ""
 	}
+	// The reader may have handed the core a frame since: seal only if
+	// the core has numbered nothing more for this client, else that
+	// frame's answer is still to be written.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inflight, now := s.core.Owed(c.id); inflight > 0 || now != seq {
+		return false, 0, ""
+	}
+	c.sealed = true
 	return true, code, reason
 }
 

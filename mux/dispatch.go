@@ -20,6 +20,11 @@ func (s *Server) dispatch(c *Client, frame []byte) bool {
 	c.scan = reuse(f.Messages, maxKeptScan) // a big batch's is let go
 	now := time.Now()
 	s.mu.Lock()
+	if c.sealed {
+		// Read after the session was set to close: not taken (finished).
+		s.mu.Unlock()
+		return false
+	}
 	answers := s.core.ClientFrame(&c.eff, c.id, frame, f, err, now)
 	up := s.up
 	s.mu.Unlock()
@@ -31,6 +36,10 @@ func (s *Server) dispatch(c *Client, frame []byte) bool {
 // message size limit) with e.
 func (s *Server) refuse(c *Client, id []byte, e router.RPCError) {
 	s.mu.Lock()
+	if c.sealed {
+		s.mu.Unlock()
+		return
+	}
 	s.core.Refuse(&c.eff, c.id, id, e)
 	s.mu.Unlock()
 	s.apply(&c.eff, nil, nil)

@@ -287,8 +287,10 @@ const AnswerFlush = time.Second
 // Shutdown stops taking new sessions, waits until every request in flight
 // has been answered or ctx is done (then answers the rest with -32002
 // "upstream unavailable", reason "shutdown"), and closes every client with
-// 1001 (going away) once its answers are written. Run's context should be cancelled after it, which closes the
-// upstream with 1000.
+// 1001 (going away) once its answers are written. From the end of that
+// wait, every request a session reads is answered with the same -32002 at
+// once and none goes upstream. Run's context should be cancelled after
+// it, which closes the upstream with 1000.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if s.idle == nil {
@@ -300,12 +302,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 
+	graceOver := false
 	select {
 	case <-idle:
 	case <-ctx.Done():
-		// Grace is over: every request still owed an answer gets one, an
-		// explicit -32002, before its client is closed.
-		n := s.failAll(router.ErrorUnavailable.Because("shutdown"))
+		graceOver = true
+	}
+	// The sweep: every request still owed an answer gets one, an explicit
+	// -32002, and from now on the core answers every request a session
+	// reads the same way at once, forwarding none. A client that goes on
+	// sending is then owed nothing beyond what its writer has queued, and
+	// its session can close with every answer written.
+	n := s.failAll(router.ErrorUnavailable.Because("shutdown"))
+	if graceOver {
 		s.log.Warn("shutdown grace over, answered requests still in flight with -32002", "requests", n)
 	}
 	s.peersMu.RLock()

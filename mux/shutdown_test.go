@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/muxd/muxd/internal/testnode"
 )
 
 // TestShutdownPastGrace: requests still in flight when the grace period
@@ -73,6 +76,80 @@ func TestShutdownPastGrace(t *testing.T) {
 		wantError(t, r, `7`, -32002, "upstream unavailable")
 	case <-time.After(testTimeout):
 		t.Fatal("HTTP client got no answer")
+	}
+}
+
+// TestShutdownAnswersWhatIsReadAfterTheSweep: once the grace is over, a
+// request a session reads is answered -32002 (reason "shutdown") by muxd at
+// once and never goes upstream, and the session closes only once that
+// answer is written after everything queued before it.
+func TestShutdownAnswersWhatIsReadAfterTheSweep(t *testing.T) {
+	var logs testnode.LockedBuffer
+	hold := newHolder("held")
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}})
+	h.fake.SetHandler(hold.Handle)
+	conn := dialIPCForTest(t, h.srv)
+	// The node echoes "big" at once: 1 MiB that this client does not read
+	// yet, so muxd's writer is stuck writing it and the session stays
+	// open past the sweep. "held" is in flight when the grace ends.
+	big := strings.Repeat("a", 1<<20)
+	go io.WriteString(conn, `{"jsonrpc":"2.0","id":1,"method":"big","params":["`+big+`"]}`+
+		`{"jsonrpc":"2.0","id":2,"method":"held","params":[]}`)
+	hold.TakeN(t, 1)
+	var c *Client
+	eventually(t, "the answer to big being written", func() bool {
+		h.srv.peersMu.RLock()
+		defer h.srv.peersMu.RUnlock()
+		for _, p := range h.srv.peers {
+			c = p
+		}
+		return c != nil && c.writeStarted.Load() != 0
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the grace is over at once
+	shutDone := make(chan error, 1)
+	go func() { shutDone <- h.srv.Shutdown(ctx) }()
+	logs.WaitFor(t, "shutdown grace over")
+	if _, err := io.WriteString(conn, `{"jsonrpc":"2.0","id":3,"method":"after","params":[]}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The core has taken it (its answer numbered, or, forwarded, in
+	// flight) before this client reads: the writer, stuck until then,
+	// cannot close the session first.
+	eventually(t, "the request read after the sweep taken", func() bool {
+		h.srv.mu.Lock()
+		defer h.srv.mu.Unlock()
+		inflight, seq := h.srv.core.Owed(c.id)
+		return seq >= 3 || inflight > 0
+	})
+
+	answers := readIPCUntilEOF(t, conn)
+	if len(answers) != 3 {
+		t.Fatalf("got %d answers before the close, want 3", len(answers))
+	}
+	if r := parseResp(t, answers[0]); string(r.ID) != "1" || r.echoMethod() != "big" {
+		t.Errorf("first answer %.200s, want the echo of big", answers[0])
+	}
+	for i, id := range []string{"2", "3"} {
+		r := parseResp(t, answers[i+1])
+		wantError(t, r, id, -32002, "upstream unavailable")
+		if r.reason() != "shutdown" {
+			t.Errorf("%s: reason %q, want shutdown", id, r.reason())
+		}
+	}
+	if n := h.fake.Seen("after"); n != 0 {
+		t.Errorf("the request read after the sweep went upstream (%d)", n)
+	}
+	select {
+	case err := <-shutDone:
+		if err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Shutdown did not return")
 	}
 }
 

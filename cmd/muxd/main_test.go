@@ -469,10 +469,15 @@ func TestSocketActivation(t *testing.T) {
 
 // TestMain lets the test binary double as the muxd process of
 // TestSocketActivation: with activationChildEnv set it runs muxd on the
-// inherited listener and exits with muxd's code instead of running tests.
+// inherited listener and exits with muxd's code instead of running tests;
+// with mainChildEnv set it is muxd itself (main, its arguments after the
+// binary's name), for TestSIGTERMUnderLoad.
 func TestMain(m *testing.M) {
 	if os.Getenv(activationChildEnv) == "1" {
 		os.Exit(socketActivationChild())
+	}
+	if os.Getenv(mainChildEnv) == "1" {
+		main() // exits with muxd's code
 	}
 	os.Exit(m.Run())
 }

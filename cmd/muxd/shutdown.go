@@ -25,8 +25,9 @@ const httpAnswerFlush = mux.AnswerFlush
 //     request's headers or body) close at once: nothing is in flight on
 //     them, and a stalled client must not hold the shutdown.
 //  3. srv.Shutdown lets the requests in flight finish within grace, answers
-//     the rest with -32002 (reason "shutdown"), and closes its sessions
-//     with 1001 once their answers are written.
+//     the rest with -32002 (reason "shutdown"), and every request read after
+//     that at once, and closes its sessions with 1001 once their answers
+//     are written.
 //  4. HTTP exchanges get httpAnswerFlush to write those answers; the
 //     connections of clients that do not take them are then closed.
 //
