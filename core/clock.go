@@ -13,8 +13,9 @@ var errNoUpstream = router.ErrorUnavailable.Because("no upstream connected")
 // after now gets -32002 "request timed out", whether it is in flight
 // upstream, waiting for an upstream, or a subscription waiting for the
 // node's answer; a request that waited UpstreamWait for an upstream gets
-// -32002 "no upstream connected". An answer that comes later finds nothing
-// and is dropped. The gap machine's timers run too.
+// -32002 "no upstream connected" as waiting.go's rule says (stillWaits). An
+// answer that comes later finds nothing and is dropped. The gap machine's
+// timers run too.
 func (c *Core) Tick(e *Effects, now time.Time) {
 	e.Reset()
 	defer c.finish(e)
@@ -42,27 +43,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	for _, u := range next {
 		c.sendArrays(e, u)
 	}
-	c.waiting.filter(c.alive, func(w *waitingRequest) bool {
-		timedOut := !w.p.Deadline.IsZero() && !w.p.Deadline.After(now)
-		if !timedOut && (w.giveUp.IsZero() || w.giveUp.After(now)) {
-			return true
-		}
-		if cl := c.clients[w.p.Client]; cl != nil {
-			cl.waiting--
-		}
-		c.settled(&w.p)
-		if w.p.Up != nil {
-			w.p.Up.Settle(w.id) // not sent yet: its array will leave it out
-		}
-		switch {
-		case w.p.Kind != router.KindCall:
-		case timedOut:
-			expired = append(expired, w.p)
-		default:
-			gaveUp = append(gaveUp, w.p)
-		}
-		return false
-	})
+	expired, gaveUp = c.expireWaiting(now, expired, gaveUp)
 	expired = c.expireWaiters(now, expired)
 	if len(expired) > 0 {
 		c.subGauges()

@@ -22,6 +22,13 @@ type Config struct {
 	RequestTimeout   time.Duration // a request's deadline, from its arrival
 	UpstreamWait     time.Duration // how long a request waits for an upstream
 	UpstreamMaxBatch int           // elements in one upstream array
+
+	// DialGrace is how long past UpstreamWait a waiting request may go on
+	// waiting while no dial has given a verdict (waiting.go): a dial that
+	// hangs. 0: none, it gives up at UpstreamWait unless a dial is at a
+	// node (Dialing).
+	DialGrace time.Duration
+
 	// MaxUpstreamMessage is the largest message the node reads (geth: 32
 	// MiB on WebSocket); a longer one makes it close the shared
 	// connection. A request that would pass it once its id is rewritten
@@ -93,6 +100,11 @@ type Core struct {
 	// goes upstream.
 	shut    bool
 	shutErr router.RPCError
+
+	// dialReached says a dial attempt is at a node (Dialing); awayAt is
+	// when every upstream not connected was last found away (DialsFailed).
+	dialReached bool
+	awayAt      time.Time
 
 	// gap makes subscriptions gap-free; gapReqs maps the upstream id of
 	// each of its requests in flight to the machine's id.

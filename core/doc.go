@@ -15,6 +15,9 @@
 //     comes, speaks (frames scanned by router.ScanUpstream, or
 //     router.ScanResponseHead for a large answer), and goes.
 //   - Tick: time passes (deadlines, waits for an upstream, backfill timers).
+//   - Dialing, DialsFailed: a dial reaches a node, or every node not
+//     connected has refused one: what a request waiting for an upstream
+//     past UpstreamWait waits on (waiting.go).
 //   - BeginShutdown, Shutdown: stop taking sessions; answer what is owed,
 //     and from Shutdown on answer every request at once, forwarding none.
 //

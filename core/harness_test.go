@@ -258,6 +258,9 @@ func (h *harness) render(frame []byte) []string {
 //	up <gen>            an upstream frame on connection gen (in)
 //	uphead              a large answer routed by its head (in)
 //	tick                Tick
+//	reached             Dialing(true): a dial is at a node
+//	unreached           Dialing(false)
+//	away                DialsFailed at the step's time
 //	begin               BeginShutdown ("idle" when it reports idle)
 //	shutdown            Shutdown with "upstream unavailable (shutdown)"
 //
@@ -344,6 +347,12 @@ func (h *harness) step(s step) []string {
 		return h.upstreamFrame(0, s.in, true)
 	case "tick":
 		h.c.Tick(&h.e, h.now)
+		return h.render(nil)
+	case "reached", "unreached":
+		h.c.Dialing(verb == "reached")
+		return nil
+	case "away":
+		h.c.DialsFailed(&h.e, h.now, h.now)
 		return h.render(nil)
 	case "begin":
 		if h.c.BeginShutdown() {

@@ -64,3 +64,81 @@ func (q *waitQueue) take() []waitingRequest {
 	q.items, q.live = nil, 0
 	return items
 }
+
+// A request waiting for an upstream gives up on a dial's verdict, not on
+// the clock alone (DESIGN §3): once its UpstreamWait has passed it gets
+// -32002 when a dial fails (every upstream not connected found away since
+// the wait ended, DialsFailed), never while a dial is at a node (Dialing),
+// which may yet bring one; with neither, DialGrace after its wait ended (a
+// dial that hangs on an address that does not answer). The shell dials
+// often while requests wait, so the verdict comes soon after the wait.
+
+// Dialing is the event of a dial attempt reaching a node, its connection
+// open and its WebSocket handshake under way (reached true), or of no
+// attempt being at one any more (false, whatever the outcome). While one
+// is, no waiting request gives up for want of an upstream.
+func (c *Core) Dialing(reached bool) { c.dialReached = reached }
+
+// DialsFailed is the event of every upstream not connected having failed a
+// dial at or after at (the node refused the connection, or the handshake
+// failed): the nodes are away. A waiting request whose UpstreamWait ended
+// by then gets -32002 "no upstream connected" now, unless a dial is at a
+// node (Dialing); one whose deadline has passed, "request timed out".
+func (c *Core) DialsFailed(e *Effects, at, now time.Time) {
+	e.Reset()
+	defer c.finish(e)
+	if at.After(c.awayAt) {
+		c.awayAt = at
+	}
+	expired, gaveUp := c.expireWaiting(now, nil, nil)
+	c.answerAll(e, expired, router.ErrorTimeout, now)
+	c.answerAll(e, gaveUp, errNoUpstream, now)
+}
+
+// Waiting returns how many requests wait for an upstream.
+func (c *Core) Waiting() int { return c.waiting.live }
+
+// stillWaits reports whether w, its deadline not passed, goes on waiting
+// for an upstream at now: its UpstreamWait has not passed, or it has but
+// no dial has said the nodes are away since (see Dialing, DialsFailed)
+// and DialGrace has not passed either.
+func (c *Core) stillWaits(w *waitingRequest, now time.Time) bool {
+	switch {
+	case w.giveUp.IsZero() || w.giveUp.After(now):
+		return true
+	case c.dialReached:
+		return true
+	default:
+		return c.awayAt.Before(w.giveUp) && now.Before(w.giveUp.Add(c.cfg.DialGrace))
+	}
+}
+
+// expireWaiting removes from the waiting queue the requests whose deadline
+// is not after now, appended to expired, and those that stop waiting for
+// an upstream (stillWaits), appended to gaveUp, and returns both; the
+// caller answers them. Only calls are returned: muxd's own requests of
+// other kinds are settled and forgotten.
+func (c *Core) expireWaiting(now time.Time, expired, gaveUp []router.Pending) ([]router.Pending, []router.Pending) {
+	c.waiting.filter(c.alive, func(w *waitingRequest) bool {
+		timedOut := !w.p.Deadline.IsZero() && !w.p.Deadline.After(now)
+		if !timedOut && c.stillWaits(w, now) {
+			return true
+		}
+		if cl := c.clients[w.p.Client]; cl != nil {
+			cl.waiting--
+		}
+		c.settled(&w.p)
+		if w.p.Up != nil {
+			w.p.Up.Settle(w.id) // not sent yet: its array will leave it out
+		}
+		switch {
+		case w.p.Kind != router.KindCall:
+		case timedOut:
+			expired = append(expired, w.p)
+		default:
+			gaveUp = append(gaveUp, w.p)
+		}
+		return false
+	})
+	return expired, gaveUp
+}

@@ -38,7 +38,10 @@
 //     the connection's send queue (upstream_send.go), whose one writer
 //     goroutine, started while there is something to write, writes them
 //     in the order they queued; notes are logged.
-//   - timeouts.go ticks the core's clock (deadlines, backfill timers).
+//   - timeouts.go ticks the core's clock (deadlines, backfill timers),
+//     and while requests wait for an upstream hurries the dials of those
+//     not connected (failover.go's hurryDialsLocked); each dial's outcome
+//     goes to the core (dialFailed, dialReached).
 //
 // Locking: Server.mu is held around each core call and nothing else: no
 // copy, splice, system call or log line happens under it. Each client's

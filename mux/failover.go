@@ -37,6 +37,13 @@ type upstreamNode struct {
 	// supervisor's goroutine.
 	conn  *upstreamConn
 	dials int
+	// reached says a dial of it is at the node (its handshake under way);
+	// failedAt is when a dial of it last failed. Guarded by Server.mu.
+	reached  bool
+	failedAt time.Time
+	// eff is the effects of its failed dials (core.DialsFailed); owned by
+	// its supervisor's goroutine.
+	eff *core.Effects
 }
 
 // The health requests, under ids no client request can have upstream
@@ -62,15 +69,17 @@ const lagGrace = time.Second
 // stalled upstream or a due failback is noticed without other events.
 const healthTick = time.Second
 
-// newNodes builds the upstreams of cfg, most preferred first.
-func newNodes(cfg Config, unreachable func(*upstreamNode)) []*upstreamNode {
+// newNodes builds the upstreams of cfg, most preferred first. Their
+// supervisors report each failed dial to unreachable, and each dial that
+// reached its node to reached.
+func newNodes(cfg Config, unreachable, reached func(*upstreamNode)) []*upstreamNode {
 	ups := cfg.Upstreams
 	if len(ups) == 0 {
 		ups = []Upstream{{URL: cfg.Upstream, Header: cfg.UpstreamHeader, Dial: cfg.Dial}}
 	}
 	nodes := make([]*upstreamNode, len(ups))
 	for i, up := range ups {
-		n := &upstreamNode{index: i, label: strconv.Itoa(i + 1), host: reconnect.Redact(up.URL)}
+		n := &upstreamNode{index: i, label: strconv.Itoa(i + 1), host: reconnect.Redact(up.URL), eff: new(core.Effects)}
 		dial := up.Dial
 		if dial == nil {
 			// No limit in coder/websocket, whose limit ends the connection:
@@ -85,9 +94,10 @@ func newNodes(cfg Config, unreachable func(*upstreamNode)) []*upstreamNode {
 			PingTimeout:  cfg.PingTimeout,
 			// A node running calls in order may be silent while it runs
 			// a call that began up to an interval after its last answer.
-			AnswerWait:  cfg.RequestTimeout + cfg.PingInterval,
-			Logger:      cfg.Logger.With("upstream", n.label),
-			OnDialError: func(error, time.Duration) { unreachable(n) },
+			AnswerWait:    cfg.RequestTimeout + cfg.PingInterval,
+			Logger:        cfg.Logger.With("upstream", n.label),
+			OnDialError:   func(error, time.Duration) { unreachable(n) },
+			OnDialReached: func() { reached(n) },
 		})
 		nodes[i] = n
 	}
@@ -229,10 +239,62 @@ func (s *Server) closeGens(gens []uint64) {
 }
 
 // dialFailed tells the selector that a dial of n failed, which ends the
-// wait at start for it (startWait).
+// wait at start for it (startWait), and the core when every upstream not
+// connected has now failed one: requests whose upstream_wait has passed
+// give up (core.DialsFailed). Called by n's supervisor goroutine.
 func (s *Server) dialFailed(n *upstreamNode) {
 	now := time.Now()
-	s.decide(now, func() { s.sel.Unreachable(n.index, now) })
+	s.mu.Lock()
+	n.reached, n.failedAt = false, now
+	s.sel.Unreachable(n.index, now)
+	s.core.Dialing(s.dialReachedLocked())
+	away := now
+	for _, m := range s.nodes {
+		if m.conn == nil && m.failedAt.Before(away) {
+			away = m.failedAt
+		}
+	}
+	s.core.DialsFailed(n.eff, away, now)
+	sw := s.decideLocked(now)
+	s.mu.Unlock()
+	s.apply(n.eff, nil, nil) // answers only
+	s.applySwitch(sw)
+}
+
+// dialReached tells the core that a dial of n is at the node, its
+// handshake under way: no request gives up for want of an upstream until
+// its outcome (core.Dialing).
+func (s *Server) dialReached(n *upstreamNode) {
+	s.mu.Lock()
+	n.reached = true
+	s.core.Dialing(true)
+	s.mu.Unlock()
+}
+
+// dialReachedLocked reports whether a dial of any upstream is at its node.
+// Caller holds s.mu.
+func (s *Server) dialReachedLocked() bool {
+	for _, n := range s.nodes {
+		if n.reached {
+			return true
+		}
+	}
+	return false
+}
+
+// hurryDialsLocked asks the supervisor of every upstream not connected to dial
+// soon (reconnect.Supervisor.Hurry) while requests wait for an upstream, so
+// that a node that is back gets them at once instead of at the backoff's
+// next attempt. Caller holds s.mu; called at each sweep.
+func (s *Server) hurryDialsLocked() {
+	if s.core.Waiting() == 0 {
+		return
+	}
+	for _, n := range s.nodes {
+		if n.conn == nil {
+			n.sup.Hurry()
+		}
+	}
 }
 
 // healthStart sends a new connection's health requests.

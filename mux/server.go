@@ -98,6 +98,7 @@ func New(cfg Config) (*Server, error) {
 	rc, err := core.New(core.Config{
 		RequestTimeout:     cfg.RequestTimeout,
 		UpstreamWait:       cfg.UpstreamWait,
+		DialGrace:          dialGrace,
 		UpstreamMaxBatch:   cfg.UpstreamMaxBatch,
 		MaxUpstreamMessage: int(cfg.MaxMessageBytes),
 		MaxBatch:           cfg.MaxBatch,
@@ -127,7 +128,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
-	s.nodes = newNodes(cfg, s.dialFailed)
+	s.nodes = newNodes(cfg, s.dialFailed, s.dialReached)
 	failback := cfg.FailbackAfter
 	if failback < 0 {
 		failback = 0 // never

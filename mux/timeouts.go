@@ -19,6 +19,13 @@ func (s *Server) sweepLoop(ctx context.Context) {
 	every(ctx, sweepInterval(s.cfg.RequestTimeout), s.tick)
 }
 
+// dialGrace is how long past upstream_wait a request may still wait for a
+// dial's verdict when none comes (core.Config.DialGrace): a dial hanging on
+// an address that does not answer. The dials made while requests wait, one
+// every reconnect.DefaultHurryInterval, give one well within it from a node
+// that refuses or answers.
+const dialGrace = time.Second
+
 // every calls fn with the time every d until ctx is done.
 func every(ctx context.Context, d time.Duration, fn func(now time.Time)) {
 	t := time.NewTicker(d)
@@ -33,10 +40,12 @@ func every(ctx context.Context, d time.Duration, fn func(now time.Time)) {
 	}
 }
 
-// tick is one sweep. Only sweepLoop calls it: s.sweep is its own.
+// tick is one sweep. Only sweepLoop calls it: s.sweep is its own. While
+// requests wait for an upstream it hurries the dials (hurryDialsLocked).
 func (s *Server) tick(now time.Time) {
 	s.mu.Lock()
 	s.core.Tick(&s.sweep, now)
+	s.hurryDialsLocked()
 	up := s.up
 	s.mu.Unlock()
 	s.apply(&s.sweep, up, nil)

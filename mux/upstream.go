@@ -55,7 +55,8 @@ func (s *Server) serveUpstream(ctx context.Context, n *upstreamNode, rc *reconne
 	s.healthStart(u)
 	now := time.Now()
 	s.mu.Lock()
-	n.conn = u
+	n.conn, n.reached = u, false
+	s.core.Dialing(s.dialReachedLocked())
 	s.sel.Connected(n.index, now)
 	sw := s.decideLocked(now)
 	s.mu.Unlock()

@@ -76,9 +76,30 @@ type Config struct {
 
 	// OnDialError, if set, is called synchronously from Run's goroutine after each
 	// failed dial attempt with the error and the delay before the next attempt
-	// (backoff.Stop if Run is about to give up). It must not block for long.
+	// (backoff.Stop if Run is about to give up; a [Supervisor.Hurry] may cut the
+	// delay short). It must not block for long.
 	OnDialError func(err error, next time.Duration)
+
+	// OnDialReached, if set, is called when a dial attempt has reached the node:
+	// its connection is open and the WebSocket handshake under way. Only a
+	// [WebSocketDialer] tells; it is called at most once per attempt, from the
+	// goroutine that opened the connection, and always before that attempt's
+	// outcome is reported (OnDialError, or serve called), never after. It must
+	// not block for long.
+	OnDialReached func()
+
+	// HurryInterval is the longest pause between dial attempts (or after a
+	// lost connection) once [Supervisor.Hurry] asks for one: the backoff's
+	// longer pauses are cut short while something waits for a connection.
+	// <= 0 means DefaultHurryInterval (250ms).
+	HurryInterval time.Duration
 }
+
+// DefaultHurryInterval is [Config.HurryInterval]'s default: a dial every
+// 250 ms while requests wait for the node. A node that is back is found
+// within it; one that is still away refuses the connection, which costs it
+// nothing.
+const DefaultHurryInterval = 250 * time.Millisecond
 
 // Default reconnect backoff: the first retry after about DefaultBackOffInitial,
 // doubling (with jitter) up to about DefaultBackOffMax between attempts. The
@@ -129,6 +150,9 @@ func (cfg Config) withDefaults() Config {
 	cfg.AnswerWait = max(cfg.AnswerWait, cfg.PingInterval+cfg.PingTimeout)
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.HurryInterval <= 0 {
+		cfg.HurryInterval = DefaultHurryInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

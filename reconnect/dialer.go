@@ -157,7 +157,8 @@ func redirectError(resp *http.Response) error {
 // coalescingClient is the HTTP client for the upstream handshake: its
 // connections, opened by dialNet, coalesce writes (see coalescingConn),
 // which the WebSocket then inherits, and report their progress to the
-// liveness the dial's ctx carries, if any (see withLiveness). Every dial
+// liveness the dial's ctx carries, if any (see withLiveness), and say they
+// are open to the hook it carries, if any (see withReach). Every dial
 // opens a new connection (no keep-alive pool), so the socket a WebSocket
 // gets is always the one its own dial opened and watched. It follows no
 // redirect (see ErrRedirect): the redirect response itself comes back to
@@ -177,10 +178,28 @@ func coalescingClient(dialNet func(ctx context.Context, network, addr string) (n
 				if l := livenessFrom(ctx); l != nil {
 					l.watch(cc)
 				}
+				if reached := reachFrom(ctx); reached != nil {
+					reached()
+				}
 				return cc, nil
 			},
 			DisableKeepAlives:   true,
 			TLSHandshakeTimeout: 10 * time.Second,
 		},
 	}
+}
+
+type reachKey struct{}
+
+// withReach returns ctx carrying reached: a [WebSocketDialer] dial under it
+// calls it once its connection to the node is open, as the handshake
+// begins. The Supervisor passes one to each dial when OnDialReached is set.
+func withReach(ctx context.Context, reached func()) context.Context {
+	return context.WithValue(ctx, reachKey{}, reached)
+}
+
+// reachFrom returns the hook ctx carries, or nil.
+func reachFrom(ctx context.Context) func() {
+	f, _ := ctx.Value(reachKey{}).(func())
+	return f
 }

@@ -3,7 +3,8 @@
 // A [Supervisor] dials the upstream node (see [WebSocketDialer]), hands each live
 // connection to a serve function, watches that the node shows signs of life (bytes
 // from it, our writes being taken, pongs; see [Config.PingTimeout]), and when the
-// connection is lost dials again with exponential backoff and jitter. Every connection carries a generation
+// connection is lost dials again with exponential backoff and jitter, the pauses cut
+// short while the caller says something waits ([Supervisor.Hurry]). Every connection carries a generation
 // number ([Conn.Gen]) so callers can tell connections apart, e.g. to discard state
 // (pending requests, subscriptions) that belonged to a previous connection.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,8 @@ type Supervisor struct {
 	cfg Config
 	log *slog.Logger
 	gen atomic.Uint64
+	// hurry holds one request of Hurry's, for the pause between attempts.
+	hurry chan struct{}
 }
 
 // New returns a Supervisor for cfg, with defaults applied to zero-valued fields.
@@ -74,7 +77,21 @@ func New(cfg Config) *Supervisor {
 		panic("reconnect: Config.Dial is nil")
 	}
 	cfg = cfg.withDefaults()
-	return &Supervisor{cfg: cfg, log: cfg.Logger}
+	return &Supervisor{cfg: cfg, log: cfg.Logger, hurry: make(chan struct{}, 1)}
+}
+
+// Hurry asks for the next dial attempt soon: HurryInterval after the last
+// attempt began or the last connection ended, at once if that has passed,
+// however long the backoff's pause. It is for a caller with something
+// waiting for a connection (muxd: requests held for an upstream), who asks
+// again for as long as that lasts: a request made during an attempt applies
+// to the pause after it, one made while connected is forgotten when the
+// connection ends. It never blocks and is safe for concurrent use.
+func (s *Supervisor) Hurry() {
+	select {
+	case s.hurry <- struct{}{}:
+	default:
+	}
 }
 
 // Run dials until it succeeds (with backoff between attempts, forever, until ctx is
@@ -95,23 +112,37 @@ func New(cfg Config) *Supervisor {
 //
 // Run returns ctx.Err() once ctx is done and serve (if running) has returned. If the
 // backoff policy returns backoff.Stop, Run returns an error wrapping the last failure.
+//
+// [Supervisor.Hurry] cuts the pauses short (see [Config.HurryInterval]). A failed
+// attempt it made early is logged at Warn only when none was for the backoff's
+// pause, else at Debug: the log keeps the backoff's pace.
 func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c *Conn) error) error {
 	b := s.cfg.NewBackOff()
+	var (
+		hurried  bool      // this attempt came early, at a Hurry
+		lastWarn time.Time // when a failed attempt was last logged at Warn
+	)
 	for {
+		tried := time.Now()
 		ws, live, err := s.dial(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			next := b.NextBackOff()
-			s.log.Warn("upstream dial failed", "err", err, "retry_in", next)
+			if hurried && time.Since(lastWarn) < next {
+				s.log.Debug("upstream dial failed", "err", err, "retry_in", next, "hurried", true)
+			} else {
+				lastWarn = time.Now()
+				s.log.Warn("upstream dial failed", "err", err, "retry_in", next)
+			}
 			if s.cfg.OnDialError != nil {
 				s.cfg.OnDialError(err, next)
 			}
 			if next == backoff.Stop {
 				return fmt.Errorf("reconnect: giving up dialling upstream: %w", err)
 			}
-			if err := sleep(ctx, next); err != nil {
+			if hurried, err = s.pause(ctx, next, tried); err != nil {
 				return err
 			}
 			continue
@@ -138,8 +169,35 @@ func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c 
 		if next == backoff.Stop {
 			return fmt.Errorf("reconnect: giving up after losing upstream: %w", err)
 		}
-		if err := sleep(ctx, next); err != nil {
+		select {
+		case <-s.hurry: // asked for while connected
+		default:
+		}
+		if hurried, err = s.pause(ctx, next, time.Now()); err != nil {
 			return err
+		}
+	}
+}
+
+// pause waits d, or until ctx is done. A Hurry meanwhile ends it
+// HurryInterval after last (the last attempt's start, or the connection's
+// end) if that is sooner, at once if it has passed; hurried reports
+// whether one did.
+func (s *Supervisor) pause(ctx context.Context, d time.Duration, last time.Time) (hurried bool, err error) {
+	end := time.Now().Add(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return hurried, ctx.Err()
+		case <-t.C:
+			return hurried, nil
+		case <-s.hurry:
+			if soon := last.Add(s.cfg.HurryInterval); soon.Before(end) {
+				end, hurried = soon, true
+				t.Reset(time.Until(soon))
+			}
 		}
 	}
 }
@@ -150,6 +208,11 @@ func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c 
 func (s *Supervisor) dial(ctx context.Context) (*websocket.Conn, *liveness, error) {
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()
+	if s.cfg.OnDialReached != nil {
+		a := &attempt{report: s.cfg.OnDialReached}
+		defer a.end() // before Run reports the outcome
+		dctx = withReach(dctx, a.reach)
+	}
 	live := newLiveness()
 	c, err := s.cfg.Dial(withLiveness(dctx, live))
 	if err != nil {
@@ -163,6 +226,31 @@ func (s *Supervisor) dial(ctx context.Context) (*websocket.Conn, *liveness, erro
 		return nil, nil, ctx.Err()
 	}
 	return c, live, nil
+}
+
+// attempt reports that one dial attempt reached the node
+// ([Config.OnDialReached]): at most once, and never once the attempt has
+// ended, although net/http may open the connection on a goroutine of its
+// own that outlives the attempt.
+type attempt struct {
+	report         func()
+	mu             sync.Mutex
+	reached, ended bool
+}
+
+func (a *attempt) reach() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.reached && !a.ended {
+		a.reached = true
+		a.report()
+	}
+}
+
+func (a *attempt) end() {
+	a.mu.Lock()
+	a.ended = true
+	a.mu.Unlock()
 }
 
 // session runs serve for c with keepalive and shutdown handling and returns why the
@@ -221,17 +309,5 @@ func closeGracefully(c *websocket.Conn, grace time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
-	}
-}
-
-// sleep waits d or until ctx is done, whichever comes first.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
