@@ -27,7 +27,7 @@ const (
 	DefaultMaxHeldBytes            = 64 << 20
 	DefaultMaxHeldBytesTotal       = 1 << 30
 	DefaultUpstreamMaxBatch        = 1000
-	DefaultUpstreamWait            = 5 * time.Second
+	DefaultUpstreamWait            = 10 * time.Second
 	DefaultBackfillBlocks          = 128
 	DefaultCacheBytes              = 64 << 20
 	DefaultMaxHeadLag              = 2

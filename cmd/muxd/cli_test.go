@@ -48,7 +48,7 @@ func TestHelp(t *testing.T) {
 			if tt.options {
 				for _, want := range []string{
 					"--upstream URL", "(required)", "--request-timeout DURATION", "(default 30s)",
-					"--upstream-wait DURATION", "(default 5s)", "--listen HOST:PORT", "(default 127.0.0.1:8547)",
+					"--upstream-wait DURATION", "(default 10s)", "--listen HOST:PORT", "(default 127.0.0.1:8547)",
 					"--max-held-bytes N", "(default 67108864, 64 MiB)", "--config FILE", "--version",
 					"Upstream (the nodes):", "--max-head-lag N", "(default 2)", "--head-timeout DURATION", "(default 1m0s)", "--failback-after DURATION", "Listeners (for clients):", "Limits:",
 				} {
@@ -262,7 +262,7 @@ func TestUpstreamWaitOption(t *testing.T) {
 		args []string
 		want time.Duration
 	}{
-		{nil, 5 * time.Second},
+		{nil, 10 * time.Second},
 		{[]string{"--config", f}, 2 * time.Second},
 		{[]string{"--config", f, "--upstream-wait", "250ms"}, 250 * time.Millisecond},
 	} {

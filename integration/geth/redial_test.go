@@ -26,9 +26,10 @@ import (
 // to geth's WebSocket answering again: geth's shutdown (about 1.5 s), the
 // time it is kept down, and its start (1.5-4 s on a busy host). A row names
 // the outage it aims at (geth is kept down for what its shutdown and its
-// first start leave of it) or the time geth is kept down: 4 s down is an
-// outage of about 7 s, past upstream_wait, in which the calls that waited
-// upstream_wait while geth was away get -32002. The figures are logged.
+// first start leave of it) or the time geth is kept down: 4 or 5 s down is
+// an outage of about 6-9 s, within the default upstream_wait (10 s) on a
+// quiet host, so none fails; on a host slow enough to pass it, only calls
+// that waited upstream_wait while geth was away may. The figures are logged.
 func TestGethRestartCallsHeld(t *testing.T) {
 	const (
 		every     = 100 * time.Millisecond
