@@ -10,7 +10,7 @@ const (
 	DropUnknownID             DropReason = iota // response id matches no pending request (late, duplicate, foreign)
 	DropNullID                                  // response with id null: a protocol error from the node
 	DropUnknownSubscription                     // push for a subscription nobody holds
-	DropMalformed                               // upstream frame that is not valid JSON
+	DropMalformed                               // upstream frame that is not valid JSON, or message that can be read more than one way (router.ErrAmbiguous)
 	DropUnexpected                              // upstream message that is neither a response nor a push
 	DropNoUpstream                              // client notification while no upstream is connected, or once shut (Core.Shutdown)
 	DropSubscribeNotification                   // client eth_subscribe/eth_unsubscribe (or another namespace's) sent without an id

@@ -13,8 +13,10 @@ import (
 // router.ScanUpstream, or, for a large answer routed by its head, f holding
 // the one message router.ScanResponseHead found. Responses are routed by id
 // (layer 1), pushes by subscription id (layer 2); anything else is counted
-// and dropped. Deliveries may borrow from frame (Delivery.Borrowed); the
-// core itself keeps no reference to it once it returns.
+// and dropped, an ambiguous message (router.ErrAmbiguous) as malformed:
+// it is nobody's answer, and in an array the other elements are routed.
+// Deliveries may borrow from frame (Delivery.Borrowed); the core itself
+// keeps no reference to it once it returns.
 func (c *Core) UpstreamFrame(e *Effects, gen uint64, frame []byte, f router.Frame, scanErr error, now time.Time) {
 	e.Reset()
 	defer c.finish(e)
@@ -39,6 +41,11 @@ func (c *Core) UpstreamFrame(e *Effects, gen uint64, frame []byte, f router.Fram
 	for i := range f.Messages {
 		m := &f.Messages[i]
 		switch {
+		case m.Invalid != nil && errors.Is(m.Invalid, router.ErrAmbiguous):
+			// Parsers differ on whose answer it is and what it says: the
+			// request it may answer gets -32002 at its deadline, or the
+			// node's next answer to it.
+			c.drop(e, DropMalformed, "upstream sent a message that can be read more than one way; routed to no one", "gen", gen, "problem", m.Invalid)
 		case m.HasID():
 			c.response(e, gen, frame, m, lendable, arrayOfOne, now)
 		case m.MethodIs(frame, methodSubscription):
@@ -195,7 +202,7 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 	uids := c.uids[:0]
 	for i := range msgs {
 		m := &msgs[i]
-		if !m.HasID() {
+		if !m.HasID() || m.Invalid != nil {
 			return false
 		}
 		uid, ok := router.ParseUpstreamID(m.ID.In(frame))

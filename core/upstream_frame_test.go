@@ -256,3 +256,81 @@ func TestResponsesAndBatches(t *testing.T) {
 		}},
 	})
 }
+
+// TestAmbiguousUpstreamMessages covers DESIGN §2: a message from the node
+// that parsers may read more than one way (a JSON-RPC member twice, one
+// named like it but for case or escapes, a push's subscription twice) is
+// nobody's answer. It is dropped and counted malformed, never routed by
+// whichever of its ids muxd would have read: neither client gets the
+// other's result, and both get -32002 at their deadline, or the node's real
+// answer when one comes. In an array only that element is dropped.
+func TestAmbiguousUpstreamMessages(t *testing.T) {
+	a, b := req(`"a"`, "eth_chainId"), req(`"b"`, "eth_blockNumber")
+	twoInFlight := []step{
+		{do: "join"}, {do: "join"}, {do: "connect"},
+		{do: "c1", in: a, want: []string{`up> ` + req("1", "eth_chainId")}},
+		{do: "c2", in: b, want: []string{`up> ` + req("2", "eth_blockNumber")}},
+	}
+	bothTimeOut := []step{
+		{do: "tick", at: 9999 * msec},
+		{do: "tick", at: 10 * sec, want: []string{`c1< ` + timedOut(`"a"`), `c2< ` + timedOut(`"b"`)}},
+	}
+	// dropped is the node's frame, the nth counted malformed.
+	dropped := func(frame string, n int) step {
+		return step{do: "up", in: frame, want: []string{"drop malformed"}, counts: map[string]int{"dropped malformed": n}}
+	}
+	big := `"` + strings.Repeat("f", 70<<10) + `"`
+	var rows []scriptRow
+	for _, tc := range []struct{ name, forA, forB string }{
+		{"duplicate_id",
+			`{"jsonrpc":"2.0","id":1,"id":2,"result":"0xA"}`,
+			`{"jsonrpc":"2.0","id":2,"id":1,"result":"0xB"}`},
+		{"duplicate_id_after_the_result",
+			`{"jsonrpc":"2.0","id":2,"result":"0xA","id":1}`,
+			`{"jsonrpc":"2.0","id":1,"result":"0xB","id":2}`},
+		{"duplicate_id_large_answer",
+			`{"jsonrpc":"2.0","id":1,"id":2,"result":` + big + `}`,
+			`{"jsonrpc":"2.0","id":2,"id":1,"result":` + big + `}`},
+		{"id_in_upper_case",
+			`{"jsonrpc":"2.0","id":2,"ID":1,"result":"0xA"}`,
+			`{"jsonrpc":"2.0","ID":2,"id":1,"result":"0xB"}`},
+		{"id_escaped",
+			`{"jsonrpc":"2.0","id":2,"\u0069d":1,"result":"0xA"}`,
+			`{"jsonrpc":"2.0","i\u0064":2,"id":1,"result":"0xB"}`},
+		{"duplicate_result",
+			`{"jsonrpc":"2.0","id":1,"result":"0xA","result":"0xB"}`,
+			`{"jsonrpc":"2.0","id":2,"result":"0xB","result":"0xA"}`},
+		{"duplicate_error",
+			`{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"A"},"error":{"code":2,"message":"B"}}`,
+			`{"jsonrpc":"2.0","id":2,"result":"0xB","error":{"code":2,"message":"B"},"error":null}`},
+	} {
+		steps := append(append([]step(nil), twoInFlight...), dropped(tc.forA, 1), dropped(tc.forB, 2))
+		rows = append(rows, scriptRow{name: tc.name, steps: append(steps, bothTimeOut...)})
+	}
+	rows = append(rows,
+		scriptRow{name: "the_nodes_real_answer_after_an_ambiguous_one", steps: append(append([]step(nil), twoInFlight...),
+			dropped(`{"jsonrpc":"2.0","id":1,"id":2,"result":"0xA"}`, 1),
+			step{do: "up", in: res("1", `"0xa"`), want: []string{`c1< ` + res(`"a"`, `"0xa"`)}},
+			step{do: "tick", at: 10 * sec, want: []string{`c2< ` + timedOut(`"b"`)}},
+		)},
+		scriptRow{name: "one_element_of_an_array_answer", steps: []step{
+			{do: "join"}, {do: "join"}, {do: "connect"},
+			{do: "c1", in: "[" + a + "," + b + "]",
+				want: []string{`up> [` + req("1", "eth_chainId") + `,` + req("2", "eth_blockNumber") + `]`}},
+			{do: "c2", in: req(`"c"`, "eth_gasPrice"), want: []string{`up> ` + req("3", "eth_gasPrice")}},
+			{do: "up", in: "[" + res("1", `"0x1"`) + `,{"jsonrpc":"2.0","id":2,"id":3,"result":"0x2"}]`,
+				want: []string{"drop malformed"}, counts: map[string]int{"dropped malformed": 1}},
+			{do: "up", in: res("3", `"0x3"`), want: []string{`c2< ` + res(`"c"`, `"0x3"`)}},
+			{do: "tick", at: 10 * sec,
+				want: []string{`c1< [` + res(`"a"`, `"0x1"`) + `,` + timedOut(`"b"`) + `]`}},
+		}},
+		scriptRow{name: "a_push_with_its_subscription_twice", steps: liveHeads([]step{
+			{do: "up", in: `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xbb","subscription":"0xaa","result":"0x12"}}`,
+				want: []string{"drop malformed"}, counts: map[string]int{"dropped malformed": 1}},
+			{do: "up", in: `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xaa","Subscription":"0xbb","result":"0x12"}}`,
+				want: []string{"drop malformed"}, counts: map[string]int{"dropped malformed": 2}},
+			{do: "up", in: push(`"0xaa"`, `"0x12"`), want: []string{`c1< ` + push(`"0xs1"`, `"0x12"`)}},
+		})},
+	)
+	runScripts(t, rows)
+}

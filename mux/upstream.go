@@ -2,6 +2,7 @@ package mux
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -144,7 +145,10 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	if len(f.Messages) > 0 && f.Messages[0].HasID() {
 		u.Answered() // keepalive: the node hears us
 	}
-	if err == nil && len(f.Messages) == 1 && !f.Batch && (keepaliveAnswer(frame, &f.Messages[0]) || s.health(u, frame, &f.Messages[0])) {
+	// An ambiguous message (router.ErrAmbiguous) answers none of muxd's own
+	// requests either: the core counts and drops it.
+	if err == nil && len(f.Messages) == 1 && !f.Batch && f.Messages[0].Invalid == nil &&
+		(keepaliveAnswer(frame, &f.Messages[0]) || s.health(u, frame, &f.Messages[0])) {
 		clear(u.msgs)
 		return false
 	}
@@ -188,16 +192,27 @@ var errResponseTooLarge = router.ErrorLimit.Because("response too large")
 // is an array, every call of the client batch's upstream array in flight
 // that the id is one of (core.AnsweredBy). A message whose id is not in
 // head is counted and logged; its requests get -32002 at their deadline.
+// So do those of a message that head shows ambiguous (a member twice, or
+// named like a JSON-RPC member but for case or escapes): it is nobody's
+// answer, and is counted malformed, as the core counts a whole one.
 func (s *Server) tooLarge(u *upstreamConn, head []byte) {
 	s.metrics.limit("upstream_read")
-	span, inArray, ok := router.TruncatedResponseID(head)
+	span, inArray, err := router.TruncatedResponseID(head)
 	var uid uint64
+	ok := err == nil
 	if ok {
 		uid, ok = router.ParseUpstreamID(span.In(head))
 	}
-	if ok {
+	switch {
+	case ok:
 		u.Answered() // keepalive: the node hears us
-	} else {
+	case errors.Is(err, router.ErrAmbiguous):
+		u.Answered() // an answer, though to no one muxd can tell
+		s.metrics.drop(DropMalformed)
+		s.loggedDrop(DropMalformed, "upstream message past upstream_read_limit thrown away, one that can be read more than one way: routed to no one (its requests get -32002 at their deadline)",
+			"limit", s.cfg.UpstreamReadLimit, "problem", err)
+		return
+	default:
 		s.log.Warn("upstream message past upstream_read_limit thrown away, with no id in its first bytes (a push, or an answer whose id follows a result longer than that: its request gets -32002 at its deadline)",
 			"limit", s.cfg.UpstreamReadLimit)
 		return

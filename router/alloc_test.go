@@ -38,6 +38,21 @@ func TestAllocsScan(t *testing.T) {
 	assertNoAllocs(t, "ScanUpstream batch", func() {
 		f, err = ScanUpstream(upBatch, msgs)
 	})
+	// A node that sends ambiguous messages without end costs no
+	// allocation either (lookalikes with escapes aside).
+	for _, amb := range []string{
+		`{"jsonrpc":"2.0","id":1,"id":2,"result":"0x1"}`,
+		`{"jsonrpc":"2.0","id":1,"ID":2,"result":"0x1"}`,
+		`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","Subscription":"0x2","result":1}}`,
+	} {
+		ambFrame := []byte(amb)
+		assertNoAllocs(t, "ScanUpstream "+amb, func() {
+			f, err = ScanUpstream(ambFrame, msgs)
+		})
+		if err != nil || f.Messages[0].Invalid == nil {
+			t.Fatalf("%s: %v, not marked", amb, err)
+		}
+	}
 	assertNoAllocs(t, "ScanClient request", func() {
 		f, err = ScanClient(request, msgs)
 	})

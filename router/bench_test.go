@@ -82,6 +82,18 @@ func BenchmarkScanNotification2KB(b *testing.B) {
 	benchScan(b, newHeadsPush, 1, ScanUpstream)
 }
 
+// BenchmarkScanResponseHead routes a 1 MiB answer by its head: the cost
+// does not grow with the result, which is not scanned.
+func BenchmarkScanResponseHead(b *testing.B) {
+	frame := []byte(`{"jsonrpc":"2.0","id":42,"result":"0x` + strings.Repeat("ab", 1<<19) + `"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ScanResponseHead(frame); !ok {
+			b.Fatal("refused")
+		}
+	}
+}
+
 func BenchmarkSpliceID(b *testing.B) {
 	frame := []byte(benchRequest)
 	f, err := ScanClient(frame, nil)

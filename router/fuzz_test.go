@@ -104,51 +104,96 @@ func FuzzScanClient(f *testing.F) {
 
 func FuzzScanUpstream(f *testing.F) {
 	addSeeds(f)
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"id":"b1","result":"0x1"}`,
+		`[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"id":1,"result":2}]`,
+		`{"jsonrpc":"2.0","id":1,"result":1,"Result":2}`, `{"jsonrpc":"2.0","i\u0064":1,"result":1}`,
+		`{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"},"error":null}`,
+		`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","subscription":"0x2","result":1}}`,
+		`{"jsonrpc":"2.0","method":"eth_subscription","params":{"Subscription":"0x1","result":1,"re\u0073ult":2}}`,
+	} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		fr, ok := scanChecked(t, frame, ScanUpstream)
 		if !ok {
-			return
-		}
-		// Without escapes, member names are what they look like, and
-		// encoding/json (exact keys, last one wins) must find the same
-		// members the scanner did.
-		if bytes.IndexByte(frame, '\\') >= 0 {
 			return
 		}
 		for k := range fr.Messages {
 			m := &fr.Messages[k]
 			el := frame[m.Start:m.End]
 			if el[0] != '{' {
-				if m.Invalid == nil {
-					t.Fatalf("%q: non-object element is valid", frame)
+				if !errors.Is(m.Invalid, ErrInvalid) {
+					t.Fatalf("%q: non-object element is not invalid: %v", frame, m.Invalid)
+				}
+				continue
+			}
+			// encoding/json decodes escapes in member names and, into a
+			// struct, matches them without regard to case: the scanner
+			// must mark exactly the messages such a decoder may read
+			// otherwise than one that takes names as written.
+			obj, twoWays := readTwoWays(t, el, "jsonrpc", "id", "method", "params", "result", "error")
+			var params map[string]json.RawMessage
+			if p := obj["params"]; !twoWays && len(p) > 0 && p[0] == '{' {
+				params, twoWays = readTwoWays(t, p, "subscription", "result")
+			}
+			if twoWays {
+				if !errors.Is(m.Invalid, ErrAmbiguous) {
+					t.Fatalf("%q: ambiguous message not marked: %v", el, m.Invalid)
 				}
 				continue
 			}
 			if m.Invalid != nil {
-				t.Fatalf("%q: upstream object marked invalid: %v", frame, m.Invalid)
+				t.Fatalf("%q: upstream object marked invalid: %v", el, m.Invalid)
 			}
-			var obj map[string]json.RawMessage
-			if err := json.Unmarshal(el, &obj); err != nil {
-				t.Fatalf("%q: %v", el, err)
-			}
+			// Names are then what they look like, each at most once, and
+			// encoding/json must find the same members the scanner did.
 			for name, sp := range map[string]Span{"jsonrpc": m.Version, "id": m.ID, "method": m.Method, "params": m.Params, "result": m.Result, "error": m.Error} {
 				if !bytes.Equal(obj[name], sp.In(frame)) {
 					t.Fatalf("%q: %s is %q, scanner %q", el, name, obj[name], sp.In(frame))
 				}
 			}
-			var sub json.RawMessage
-			if p := obj["params"]; len(p) > 0 && p[0] == '{' {
-				var params map[string]json.RawMessage
-				if err := json.Unmarshal(p, &params); err != nil {
-					t.Fatal(err)
-				}
-				sub = params["subscription"]
-			}
-			if !bytes.Equal(sub, m.Subscription.In(frame)) {
+			if sub := params["subscription"]; !bytes.Equal(sub, m.Subscription.In(frame)) {
 				t.Fatalf("%q: params.subscription is %q, scanner %q", el, sub, m.Subscription.In(frame))
 			}
 		}
 	})
+}
+
+// readTwoWays decodes the JSON object obj into its members by name (the
+// last of a name winning) and reports whether a decoder may read one of
+// names in it otherwise than as written once: a name twice, or a member
+// that names it only once escapes are decoded or case folded.
+func readTwoWays(t *testing.T, obj []byte, names ...string) (map[string]json.RawMessage, bool) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil {
+		t.Fatalf("%q: %v", obj, err)
+	}
+	members := map[string]json.RawMessage{}
+	seen := map[string]bool{}
+	twoWays := false
+	for dec.More() {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("%q: %v", obj, err)
+		}
+		key := tok.(string)
+		raw := bytes.TrimLeft(obj[start:dec.InputOffset()], " \t\r\n,")
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("%q: %v", obj, err)
+		}
+		members[key] = v
+		for _, n := range names {
+			if strings.EqualFold(key, n) {
+				twoWays = twoWays || seen[n] || string(raw) != `"`+n+`"`
+				seen[n] = true
+			}
+		}
+	}
+	return members, twoWays
 }
 
 // checkSyntaxVerdict checks the scanner's verdict on JSON syntax against

@@ -1,5 +1,11 @@
 package router
 
+import "errors"
+
+// ErrNoResponseID means the first bytes of a message too large to keep
+// hold no whole response id (TruncatedResponseID).
+var ErrNoResponseID = errors.New("no whole response id in the bytes kept")
+
 // ScanResponseHead reads only the head of a response frame laid out as
 // nodes write one: an object whose members before "result" are "jsonrpc"
 // and "id" (each at most once, in either order), "result" being the last
@@ -10,8 +16,14 @@ package router
 // trace, wide logs) from costing a pass over every byte of it.
 //
 // ok is false when the frame does not start that way (a batch, an error
-// response, a push, another member first, bad syntax in the head, no id):
-// the caller then scans it whole with ScanUpstream. When ok, the spans are
+// response, a push, another member first, a member twice or named like a
+// JSON-RPC one but for case or escapes, bad syntax in the head, no id), or
+// when the result's last byte is not one a value of its kind ends with, as
+// when a member (an id above all: muxd's are numbers) follows the result:
+// the caller then scans it whole with ScanUpstream, which marks such a
+// frame ambiguous. A member after the result is seen only that way: one
+// whose value ends as the result's kind does (a string member after a
+// string result) passes as part of the result. When ok, the spans are
 // those ScanUpstream would record for a well-formed frame of that shape.
 func ScanResponseHead(frame []byte) (m Message, ok bool) {
 	b := frame
@@ -49,7 +61,7 @@ func ScanResponseHead(frame []byte) (m Message, ok bool) {
 			for rend > vstart && isSpace(b[rend-1]) {
 				rend--
 			}
-			if !m.ID.Present() || rend <= vstart {
+			if !m.ID.Present() || rend <= vstart || !endsAsItBegins(b[vstart], b[rend-1]) {
 				return Message{}, false
 			}
 			m.Result = Span{vstart, rend - vstart}
@@ -62,18 +74,41 @@ func ScanResponseHead(frame []byte) (m Message, ok bool) {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
+// endsAsItBegins reports whether a JSON value whose first byte is first may
+// end with the byte last: a test in constant time that what runs to the
+// frame's closing brace is one value, which catches most members written
+// after it (",\"id\":2" ends in a digit, not the '}' of an object).
+func endsAsItBegins(first, last byte) bool {
+	switch first {
+	case '{':
+		return last == '}'
+	case '[':
+		return last == ']'
+	case '"':
+		return last == '"'
+	case 't', 'f':
+		return last == 'e'
+	case 'n':
+		return last == 'l'
+	}
+	return last >= '0' && last <= '9' // a number
+}
+
 // TruncatedResponseID finds the id of a response from the first bytes of a
 // message too large to keep (the rest discarded unread): the id member of
 // the object the message starts with, or of the first element when it is an
-// array (inArray). It reads the members within head in order and, as a full
-// scan does, a later id member replaces an earlier one; members after head
-// are not known, so an id is taken as found once a member's value (the
-// result, usually) runs past head. What follows the id is not validated:
-// the message is thrown away, only its id is wanted. ok is false when no
-// whole id is among the members before that point (an id that comes after a
-// result or error which runs past head, or an id cut by head's end), or when
-// head does not start like a response at all.
-func TruncatedResponseID(head []byte) (id Span, inArray, ok bool) {
+// array (inArray). It reads the members within head in order, as a full
+// scan does; members after head are not known, so an id is taken as found
+// once a member's value (the result, usually) runs past head. What follows
+// the id is not validated: the message is thrown away, only its id is
+// wanted. The error wraps ErrAmbiguous when the members read make the
+// message one ScanUpstream marks ambiguous (a JSON-RPC member twice, one
+// named like it but for case or escapes, params.subscription or
+// params.result twice): it is nobody's answer. It is ErrNoResponseID when
+// no whole id is among the members before that point (an id that comes
+// after a result or error which runs past head, or an id cut by head's
+// end), or when head does not start like a response at all.
+func TruncatedResponseID(head []byte) (id Span, inArray bool, err error) {
 	b := head
 	i := skipSpace(b, 0)
 	if i < len(b) && b[i] == '[' {
@@ -81,21 +116,42 @@ func TruncatedResponseID(head []byte) (id Span, inArray, ok bool) {
 		i = skipSpace(b, i+1)
 	}
 	if i >= len(b) || b[i] != '{' {
-		return Span{}, false, false
+		return Span{}, false, ErrNoResponseID
 	}
-	var found Span
+	var (
+		found Span
+		seen  [memLookalikeID + 1]bool
+		m     Message // params.subscription and result, as scanParams finds them
+	)
 	it := objectMembers(b, i)
 	for {
 		key, more, err := it.next()
 		if err != nil || !more {
 			break // the object ends, or head ends, within or after a member
 		}
-		end, err := skipValue(b, it.i, 1)
-		if memberOf(key) == memID {
+		mem := memberOf(key)
+		switch {
+		case mem == memLookalike || mem == memLookalikeID:
+			return Span{}, false, errLookalike
+		case mem != memOther && seen[mem]:
+			return Span{}, false, errDuplicate[mem]
+		}
+		seen[mem] = true
+		var end int
+		if mem == memParams && it.i < len(b) && b[it.i] == '{' {
+			m.Subscription = Span{}
+			end, err = scanParams(b, it.i, 1, &m)
+			if m.Invalid != nil {
+				return Span{}, false, m.Invalid
+			}
+		} else {
+			end, err = skipValue(b, it.i, 1)
+		}
+		if mem == memID {
 			// A number that ends where head ends may have been cut: the
 			// id is whole only when what follows it is in head.
 			if j := skipSpace(b, end); err != nil || j >= len(b) || (b[j] != ',' && b[j] != '}') {
-				return Span{}, false, false
+				return Span{}, false, ErrNoResponseID
 			}
 			found = Span{it.i, end - it.i}
 		} else if err != nil {
@@ -104,7 +160,7 @@ func TruncatedResponseID(head []byte) (id Span, inArray, ok bool) {
 		it.i = end
 	}
 	if !found.Present() {
-		return Span{}, false, false
+		return Span{}, false, ErrNoResponseID
 	}
-	return found, inArray, true
+	return found, inArray, nil
 }

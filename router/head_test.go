@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,17 @@ func TestScanResponseHead(t *testing.T) {
 		{"no jsonrpc", `{"id":1,"result":{"x":[1,2]}}`, true, `1`, `{"x":[1,2]}`},
 		{"spaces everywhere", " \n{ \"jsonrpc\" : \"2.0\" , \"id\" : 12 , \"result\" : [ 1 ] \r\n} \t", true, `12`, `[ 1 ]`},
 		{"object id", `{"jsonrpc":"2.0","id":{"x":1},"result":1}`, true, `{"x":1}`, `1`},
+		{"true", `{"id":1,"result":true}`, true, `1`, `true`},
+		{"false", `{"id":1,"result":false}`, true, `1`, `false`},
+		{"null", `{"id":1,"result":null}`, true, `1`, `null`},
+		{"number", `{"id":1,"result":-1.5e3}`, true, `1`, `-1.5e3`},
+		{"id after an object result", `{"jsonrpc":"2.0","id":1,"result":{"a":1},"id":2}`, false, "", ""},
+		{"id after an array result", `{"jsonrpc":"2.0","id":1,"result":[1],"id":"b"}`, false, "", ""},
+		{"number id after a string result", `{"jsonrpc":"2.0","id":1,"result":"0x1","id":2}`, false, "", ""},
+		{"id after a literal result", `{"jsonrpc":"2.0","id":1,"result":null,"id":"b"}`, false, "", ""},
+		{"member after a number result", `{"jsonrpc":"2.0","id":1,"result":1,"x":{}}`, false, "", ""},
+		{"duplicate id, escaped", `{"id":1,"\u0069d":2,"result":1}`, false, "", ""},
+		{"duplicate id, case", `{"id":1,"Id":2,"result":1}`, false, "", ""},
 		{"error response", `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x"}}`, false, "", ""},
 		{"result before id", `{"jsonrpc":"2.0","result":1,"id":1}`, false, "", ""},
 		{"no id", `{"jsonrpc":"2.0","result":1}`, false, "", ""},
@@ -126,12 +138,8 @@ func TestTruncatedResponseID(t *testing.T) {
 		{"result before the id, within head", `{"jsonrpc":"2.0","result":"0x1","id":3}`, true, `3`, false},
 		{"error before the id, within head", `{"error":{"code":1},"id":3,"jsonrpc":"2.0"`, true, `3`, false},
 		{"result before the id, past head", `{"jsonrpc":"2.0","result":"0x1`, false, ``, false},
-		{"two ids: the last wins, as in a full scan", `{"id":"a","id":"b"}`, true, `"b"`, false},
-		{"an id after the result replaces the first", `{"id":1,"result":2,"id":3}`, true, `3`, false},
-		{"a later id cut by head's end", `{"id":1,"result":2,"id":"ab`, false, ``, false},
-		{"a later number id cut by head's end", `{"id":1,"result":2,"id":34`, false, ``, false},
 		{"no id: a push", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{`, false, ``, false},
-		{"escaped id name", `{"\u0069d":4,"result":1`, false, ``, false},
+		{"a key cut by head's end after the id", `{"id":1,"result":2,"i`, true, `1`, false},
 		{"not an object", `"x"`, false, ``, false},
 		{"empty", ``, false, ``, false},
 		{"nested array", `[[{"id":1}]]`, false, ``, false},
@@ -139,11 +147,44 @@ func TestTruncatedResponseID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			id, inArray, ok := TruncatedResponseID([]byte(tt.head))
-			if ok != tt.ok || (ok && (string(id.In([]byte(tt.head))) != tt.id || inArray != tt.inArray)) {
-				t.Fatalf("TruncatedResponseID(%q) = %q, array %v, ok %v; want %q, %v, %v", tt.head, id.In([]byte(tt.head)), inArray, ok, tt.id, tt.inArray, tt.ok)
+			id, inArray, err := TruncatedResponseID([]byte(tt.head))
+			if ok := err == nil; ok != tt.ok || (ok && (string(id.In([]byte(tt.head))) != tt.id || inArray != tt.inArray)) {
+				t.Fatalf("TruncatedResponseID(%q) = %q, array %v, err %v; want %q, %v, ok %v", tt.head, id.In([]byte(tt.head)), inArray, err, tt.id, tt.inArray, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrNoResponseID) {
+				t.Errorf("err %v, want ErrNoResponseID", err)
 			}
 		})
+	}
+}
+
+// TestTruncatedResponseIDAmbiguous: the first bytes of a message too large
+// to keep that make it ambiguous, as a full scan would mark it (a member
+// twice, one named like a JSON-RPC member but for case or escapes, in the
+// message or the first element of an array), give no id but ErrAmbiguous:
+// its -32005 must go to no one, as the message itself would not.
+func TestTruncatedResponseIDAmbiguous(t *testing.T) {
+	for _, head := range []string{
+		`{"jsonrpc":"2.0","id":1,"id":2,"result":"0xab`,
+		`{"id":"a","id":"b"}`,
+		`[{"jsonrpc":"2.0","id":7,"id":8,"result":[1,2`,
+		`{"id":1,"result":2,"id":3}`,
+		`{"id":1,"result":2,"id":"ab`,
+		`{"id":1,"result":2,"id":34`,
+		`{"jsonrpc":"2.0","ID":1,"id":2,"result":"0x`,
+		`{"jsonrpc":"2.0","id":2,"\u0069d":1,"result":"0x`,
+		`{"\u0069d":4,"result":1`,
+		`{"jsonrpc":"2.0","id":1,"result":2,"result":"0x`,
+		`{"jsonrpc":"2.0","id":1,"error":{},"error":{"code`,
+		`{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"result":"0x`,
+		`{"jsonrpc":"2.0","id":1,"Result":2,"result":"0x`,
+		`{"jsonrpc":"2.0","id":1,"params":{"subscription":"0x1","subscription":"0x2","result":"0x`,
+		`{"jsonrpc":"2.0","id":1,"params":{"Subscription":"0x1","result":"0x`,
+	} {
+		id, _, err := TruncatedResponseID([]byte(head))
+		if !errors.Is(err, ErrAmbiguous) {
+			t.Errorf("TruncatedResponseID(%q) = %q, %v; want ErrAmbiguous", head, id.In([]byte(head)), err)
+		}
 	}
 }
 
@@ -155,9 +196,17 @@ func FuzzTruncatedResponseID(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":5,"result":"0xab`))
 	f.Add([]byte(`[{"jsonrpc":"2.0","id":"x","result":[1,2`))
 	f.Add([]byte(`{"result":1,"id":2}`))
+	f.Add([]byte(`{"id":1,"id":2,"result":"0x`))
+	f.Add([]byte(`[{"id":1,"ID":2,"result":[`))
 	f.Fuzz(func(t *testing.T, head []byte) {
-		id, _, ok := TruncatedResponseID(head)
-		if !ok {
+		id, _, err := TruncatedResponseID(head)
+		if err != nil {
+			if !errors.Is(err, ErrAmbiguous) && !errors.Is(err, ErrNoResponseID) {
+				t.Fatalf("%q: error %v wraps no sentinel", head, err)
+			}
+			if fr, serr := ScanUpstream(head, nil); errors.Is(err, ErrAmbiguous) && serr == nil && !fr.Batch && !errors.Is(fr.Messages[0].Invalid, ErrAmbiguous) {
+				t.Fatalf("%q: ambiguous to the truncated scan (%v), not to the full scan", head, err)
+			}
 			return
 		}
 		if id.Off < 0 || id.Len <= 0 || id.Off+id.Len > len(head) {
@@ -170,8 +219,8 @@ func FuzzTruncatedResponseID(f *testing.F) {
 		if err != nil || fr.Batch || len(fr.Messages) != 1 || !fr.Messages[0].HasID() {
 			return
 		}
-		if full := fr.Messages[0].ID; full != id {
-			t.Fatalf("%q: truncated scan found id %+v, full scan %+v", head, id, full)
+		if full := fr.Messages[0]; full.ID != id || full.Invalid != nil {
+			t.Fatalf("%q: truncated scan found id %+v, full scan %+v (%v)", head, id, full.ID, full.Invalid)
 		}
 	})
 }

@@ -19,6 +19,31 @@ var (
 	// ErrInvalid means a message is valid JSON but not a valid JSON-RPC 2.0
 	// request (JSON-RPC -32600). Scanner errors wrap it with the reason.
 	ErrInvalid = errors.New("invalid request")
+	// ErrAmbiguous means a message from the node may be read more than one
+	// way: it has a JSON-RPC member twice, and JSON parsers disagree on
+	// which one counts (RFC 8259 leaves it open: encoding/json takes the
+	// last, others the first, some refuse the message), or a member named
+	// like one but for case or escapes, which a parser that folds case
+	// (encoding/json, so any client library in Go) reads as that member.
+	// Whom such an answer is for, and what its client would read in it,
+	// cannot be told. Scanner errors wrap it with the reason.
+	ErrAmbiguous = errors.New("ambiguous message")
+)
+
+// The reasons an upstream message is ambiguous, made once: a node that
+// sends such messages without end costs the scanner no allocation.
+var (
+	errDuplicate = [...]error{
+		memVersion: fmt.Errorf("%w: duplicate jsonrpc member", ErrAmbiguous),
+		memID:      fmt.Errorf("%w: duplicate id member", ErrAmbiguous),
+		memMethod:  fmt.Errorf("%w: duplicate method member", ErrAmbiguous),
+		memParams:  fmt.Errorf("%w: duplicate params member", ErrAmbiguous),
+		memResult:  fmt.Errorf("%w: duplicate result member", ErrAmbiguous),
+		memError:   fmt.Errorf("%w: duplicate error member", ErrAmbiguous),
+	}
+	errLookalike          = fmt.Errorf("%w: %s", ErrAmbiguous, lookalikeMember)
+	errDuplicateSubMember = fmt.Errorf("%w: duplicate params.subscription or params.result member", ErrAmbiguous)
+	errLookalikeSubMember = fmt.Errorf("%w: params member name differs from subscription or result only in case or escapes", ErrAmbiguous)
 )
 
 // maxDepth bounds nesting so that a hostile frame cannot drive the recursive
@@ -60,6 +85,10 @@ type Message struct {
 	// Invalid is nil for a valid request. Otherwise it wraps ErrInvalid
 	// (client frames) and says what is wrong; ID is then still set when the
 	// id itself was readable and valid, so that the error can echo it.
+	// In a frame from the node (ScanUpstream) it wraps ErrAmbiguous for a
+	// message that may be read more than one way, which is nobody's
+	// answer, and ErrInvalid for an array element that is no object; the
+	// spans are then still recorded, the last of a repeated member winning.
 	Invalid error
 	// Ignored marks a notification (a valid jsonrpc and method, no id) that
 	// the node would not run or would read otherwise than muxd: params
@@ -131,7 +160,11 @@ func ScanClient(frame []byte, msgs []Message) (Frame, error) {
 
 // ScanUpstream scans a frame received from the node. It checks JSON syntax
 // (ErrParse) and locates id, method, params.subscription, result and error in
-// each message; it does not enforce request rules.
+// each message; it does not enforce request rules. A message that may be
+// read more than one way is marked (Message.Invalid wraps ErrAmbiguous): a
+// JSON-RPC member twice, a member named like one but for case or escapes
+// (as ScanClient refuses them), and, in an object params, subscription or
+// result twice or so named. In an array only the element concerned is.
 func ScanUpstream(frame []byte, msgs []Message) (Frame, error) {
 	return scanFrame(frame, msgs[:0], modeUpstream)
 }
@@ -248,17 +281,7 @@ func memberOf(key []byte) int {
 	// case (Unicode simple folding, so "paramſ" is params) and decodes
 	// escapes in them: {"ID":1} or {"\u0069d":1} is an id to the node. Such
 	// keys must not slip past the scanner.
-	name := key[1 : len(key)-1]
-	if bytes.IndexByte(name, '\\') >= 0 {
-		// The key's escapes are valid JSON (skipString checked them).
-		// strconv rejects only \/ and surrogate halves, which never
-		// decode to the letters of a member name.
-		s, err := strconv.Unquote(string(key))
-		if err != nil {
-			return memOther
-		}
-		name = []byte(s)
-	}
+	name := keyName(key)
 	for _, n := range [...]string{"jsonrpc", "id", "method", "params", "result", "error"} {
 		if bytes.EqualFold(name, []byte(n)) {
 			if n == "id" {
@@ -277,6 +300,7 @@ func scanObject(b []byte, i, depth int, md mode, m *Message) (int, error) {
 	m.Start = i
 	var seen [memLookalikeID + 1]bool
 	var problem string
+	dup := memOther // the first member seen twice
 	idLike := false // a member a node may read as the id
 	it := objectMembers(b, i)
 	n := 0
@@ -310,6 +334,7 @@ func scanObject(b []byte, i, depth int, md mode, m *Message) (int, error) {
 		sp := Span{vstart, it.i - vstart}
 		if seen[mem] && mem != memOther && problem == "" {
 			problem = "duplicate member"
+			dup = mem
 		}
 		seen[mem] = true
 		switch mem {
@@ -333,20 +358,29 @@ func scanObject(b []byte, i, depth int, md mode, m *Message) (int, error) {
 		}
 	}
 	m.End = it.i
-	if md == modeClient {
-		if n == 0 {
-			m.Invalid = fmt.Errorf("%w: empty object", ErrInvalid)
-		} else {
-			m.Invalid = validateRequest(b, m, problem, idLike)
-		}
+	switch {
+	case md == modeClient && n == 0:
+		m.Invalid = fmt.Errorf("%w: empty object", ErrInvalid)
+	case md == modeClient:
+		m.Invalid = validateRequest(b, m, problem, idLike)
+	case problem == lookalikeMember:
+		m.Invalid = errLookalike
+	case problem != "":
+		m.Invalid = errDuplicate[dup]
 	}
+	// Else an upstream message keeps what scanParams found, if anything.
 	return it.i, nil
 }
 
 // scanParams skips the params object of an upstream message, which sits
-// inside depth containers, recording params.subscription on the way.
+// inside depth containers, recording params.subscription on the way. A
+// push is routed by its subscription and its result is what the client
+// reads, so either twice, or a member named like either but for case or
+// escapes (encoding/json reads "Subscription" as subscription), makes the
+// message ambiguous (m.Invalid).
 func scanParams(b []byte, i, depth int, m *Message) (int, error) {
 	it := objectMembers(b, i)
+	result := false
 	for {
 		key, ok, err := it.next()
 		if err != nil || !ok {
@@ -356,10 +390,46 @@ func scanParams(b []byte, i, depth int, m *Message) (int, error) {
 		if it.i, err = skipValue(b, vstart, depth+1); err != nil {
 			return 0, err
 		}
-		if string(key) == `"subscription"` {
+		switch {
+		case string(key) == `"subscription"`:
+			if m.Subscription.Present() && m.Invalid == nil {
+				m.Invalid = errDuplicateSubMember
+			}
 			m.Subscription = Span{vstart, it.i - vstart}
+		case string(key) == `"result"`:
+			if result && m.Invalid == nil {
+				m.Invalid = errDuplicateSubMember
+			}
+			result = true
+		case m.Invalid == nil && pushMemberLookalike(key):
+			m.Invalid = errLookalikeSubMember
 		}
 	}
+}
+
+// pushMemberLookalike reports whether key, quotes included, is not
+// "subscription" or "result" as written but names either to a parser that
+// decodes escapes and folds case.
+func pushMemberLookalike(key []byte) bool {
+	name := keyName(key)
+	return bytes.EqualFold(name, []byte("subscription")) || bytes.EqualFold(name, []byte("result"))
+}
+
+// keyName returns the member name that key (quotes included) stands for,
+// without its quotes and with its escapes decoded as the node decodes
+// them. The key's escapes are valid JSON (skipString checked them);
+// strconv rejects only \/ and surrogate halves, which never decode to the
+// letters of a member name: such a key's name is returned as written.
+func keyName(key []byte) []byte {
+	name := key[1 : len(key)-1]
+	if bytes.IndexByte(name, '\\') < 0 {
+		return name
+	}
+	s, err := strconv.Unquote(string(key))
+	if err != nil {
+		return name
+	}
+	return []byte(s)
 }
 
 // memberCursor walks the members of one JSON object, checking the syntax

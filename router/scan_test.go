@@ -587,10 +587,13 @@ func TestScanUpstream(t *testing.T) {
 		{"subscription outside params", `{"jsonrpc":"2.0","subscription":"0xbad","method":"eth_subscription","params":{"result":1}}`,
 			want{method: `"eth_subscription"`}},
 		{"empty params", `{"jsonrpc":"2.0","method":"eth_subscription","params":{}}`, want{method: `"eth_subscription"`}},
-		{"params repeated", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xold"},"params":{"result":1}}`,
-			want{method: `"eth_subscription"`}},
-		{"params repeated with subscription", `{"jsonrpc":"2.0","method":"eth_subscription","params":[],"params":{"subscription":"0xnew"}}`,
-			want{method: `"eth_subscription"`, sub: `"0xnew"`}},
+		{"repeats nested in the result", `{"jsonrpc":"2.0","id":1,"result":{"id":2,"id":3,"ID":4,"result":[{"error":1,"error":2}]}}`,
+			want{id: `1`, result: `{"id":2,"id":3,"ID":4,"result":[{"error":1,"error":2}]}`}},
+		{"repeats nested in a push's result", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{"subscription":"0x2","subscription":"0x3","Result":1}}}`,
+			want{method: `"eth_subscription"`, sub: `"0x1"`}},
+		{"other members twice", `{"jsonrpc":"2.0","id":1,"x":1,"x":2,"idx":3,"ids":4,"result":5}`, want{id: `1`, result: `5`}},
+		{"push params with other members", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","x":1,"x":2,"results":3,"result":4}}`,
+			want{method: `"eth_subscription"`, sub: `"0x1"`}},
 		{"whitespace", " { \"method\" : \"eth_subscription\" ,\n\"params\" : {\t\"result\" : [ ] , \"subscription\" :\r\n\"0x2\" } } ",
 			want{method: `"eth_subscription"`, sub: `"0x2"`}},
 	} {
@@ -613,6 +616,78 @@ func TestScanUpstream(t *testing.T) {
 			}
 			checkSpans(t, frame, f)
 		})
+	}
+}
+
+// TestScanUpstreamAmbiguous: a message from the node that parsers may read
+// more than one way is marked ambiguous, whatever else it holds, and only
+// that message of an array: a JSON-RPC member twice (parsers differ on
+// which one counts), a member named like one but for case or escapes (Go's
+// encoding/json reads "ID" and "\u0069d" as the id), and in an object
+// params, subscription or result twice or so named. The spans are still
+// recorded, the last of a repeated member winning.
+func TestScanUpstreamAmbiguous(t *testing.T) {
+	for _, tc := range []struct {
+		name, frame, reason string
+	}{
+		{"id twice", `{"jsonrpc":"2.0","id":1,"id":"b1","result":"0x1"}`, "duplicate id member"},
+		{"id twice, apart", `{"jsonrpc":"2.0","id":1,"result":"0x1","id":2}`, "duplicate id member"},
+		{"id twice, same value", `{"jsonrpc":"2.0","id":1,"id":1,"result":"0x1"}`, "duplicate id member"},
+		{"result twice", `{"jsonrpc":"2.0","id":1,"result":"0x1","result":"0x2"}`, "duplicate result member"},
+		{"error twice", `{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"a"},"error":{"code":2,"message":"b"}}`, "duplicate error member"},
+		{"result and error twice", `{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"a"},"result":1,"error":null}`, "duplicate error member"},
+		{"method twice", `{"jsonrpc":"2.0","method":"eth_subscription","method":"x","params":{"subscription":"0x1","result":1}}`, "duplicate method member"},
+		{"params twice", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xold"},"params":{"result":1}}`, "duplicate params member"},
+		{"params twice, the second with the subscription", `{"jsonrpc":"2.0","method":"eth_subscription","params":[],"params":{"subscription":"0xnew"}}`, "duplicate params member"},
+		{"jsonrpc twice", `{"jsonrpc":"2.0","jsonrpc":"1.0","id":1,"result":1}`, "duplicate jsonrpc member"},
+		{"id in upper case", `{"jsonrpc":"2.0","id":1,"ID":2,"result":1}`, lookalikeMember},
+		{"id in upper case alone", `{"jsonrpc":"2.0","ID":2,"result":1}`, lookalikeMember},
+		{"id escaped", `{"jsonrpc":"2.0","id":1,"\u0069d":2,"result":1}`, lookalikeMember},
+		{"id escaped alone", `{"jsonrpc":"2.0","i\u0064":2,"result":1}`, lookalikeMember},
+		{"result in mixed case", `{"jsonrpc":"2.0","id":1,"result":1,"Result":2}`, lookalikeMember},
+		{"error in upper case", `{"jsonrpc":"2.0","id":1,"result":1,"ERROR":{"code":1,"message":"m"}}`, lookalikeMember},
+		{"params with a long s", `{"jsonrpc":"2.0","method":"eth_subscription","paramſ":{"subscription":"0x1","result":1}}`, lookalikeMember},
+		{"method escaped", `{"jsonrpc":"2.0","\u006dethod":"eth_subscription","params":{"subscription":"0x1","result":1}}`, lookalikeMember},
+		{"subscription twice", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","subscription":"0x2","result":1}}`, "duplicate params.subscription"},
+		{"subscription twice, apart", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":1,"subscription":"0x2"}}`, "duplicate params.subscription"},
+		{"push result twice", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":1,"result":2}}`, "duplicate params.subscription or params.result"},
+		{"subscription in mixed case", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","Subscription":"0x2","result":1}}`, "differs from subscription or result"},
+		{"subscription escaped", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"\u0073ubscription":"0x2","result":1}}`, "differs from subscription or result"},
+		{"push result with a long s", `{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","reſult":1}}`, "differs from subscription or result"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, batch := range []bool{false, true} {
+				frame := []byte(tc.frame)
+				if batch {
+					frame = []byte(`[{"jsonrpc":"2.0","id":8,"result":"0x8"},` + tc.frame + `,{"jsonrpc":"2.0","id":9,"result":"0x9"}]`)
+				}
+				f, err := ScanUpstream(frame, nil)
+				if err != nil {
+					t.Fatalf("%s: err = %v", frame, err)
+				}
+				checkSpans(t, frame, f)
+				bad := 0
+				if batch {
+					bad = 1
+					if len(f.Messages) != 3 || f.Messages[0].Invalid != nil || f.Messages[2].Invalid != nil {
+						t.Fatalf("%s: the other elements are marked: %+v", frame, f.Messages)
+					}
+				}
+				m := f.Messages[bad]
+				if !errors.Is(m.Invalid, ErrAmbiguous) || !strings.Contains(m.Invalid.Error(), tc.reason) {
+					t.Errorf("%s: Invalid = %v, want ErrAmbiguous: %s", frame, m.Invalid, tc.reason)
+				}
+				if string(frame[m.Start:m.End]) != tc.frame {
+					t.Errorf("message %q, want %q", frame[m.Start:m.End], tc.frame)
+				}
+			}
+		})
+	}
+	// What the last of a repeated member is recorded as.
+	frame := []byte(`{"jsonrpc":"2.0","id":1,"id":"b1","result":"0x1","params":{"subscription":"0xa","subscription":"0xb"}}`)
+	f, _ := ScanUpstream(frame, nil)
+	if m := f.Messages[0]; string(m.ID.In(frame)) != `"b1"` || string(m.Subscription.In(frame)) != `"0xb"` {
+		t.Errorf("id %s, subscription %s; want the last ones", m.ID.In(frame), m.Subscription.In(frame))
 	}
 }
 
