@@ -68,10 +68,14 @@ func (q *waitQueue) take() []waitingRequest {
 // A request waiting for an upstream gives up on a dial's verdict, not on
 // the clock alone (DESIGN §3): once its UpstreamWait has passed it gets
 // -32002 when a dial fails (every upstream not connected found away since
-// the wait ended, DialsFailed), never while a dial is at a node (Dialing),
-// which may yet bring one; with neither, DialGrace after its wait ended (a
-// dial that hangs on an address that does not answer). The shell dials
-// often while requests wait, so the verdict comes soon after the wait.
+// the wait ended, DialsFailed), not while a dial is at a node (Dialing),
+// which may yet bring one, for up to ReachedHold after its wait ended;
+// with neither, DialGrace after its wait ended (a dial that hangs on an
+// address that does not answer). The shell dials often while requests
+// wait, so the verdict comes soon after the wait. The hold is bounded
+// because "at a node" is only a TCP connection: a hung node's kernel, or
+// a proxy whose backend is gone, accepts it and never finishes the
+// handshake, and dials follow each other there without end.
 
 // Dialing is the event of a dial attempt reaching a node, its connection
 // open and its WebSocket handshake under way (reached true), or of no
@@ -95,18 +99,24 @@ func (c *Core) DialsFailed(e *Effects, at, now time.Time) {
 	c.answerAll(e, gaveUp, errNoUpstream, now)
 }
 
+// ReachedHold is how long past its UpstreamWait a waiting request is held
+// while a dial is at a node: a node back from a restart finishes its
+// handshake in milliseconds.
+const ReachedHold = 3 * time.Second
+
 // Waiting returns how many requests wait for an upstream.
 func (c *Core) Waiting() int { return c.waiting.live }
 
 // stillWaits reports whether w, its deadline not passed, goes on waiting
 // for an upstream at now: its UpstreamWait has not passed, or it has but
 // no dial has said the nodes are away since (see Dialing, DialsFailed)
-// and DialGrace has not passed either.
+// and DialGrace has not passed either, or a dial is at a node and
+// ReachedHold has not passed.
 func (c *Core) stillWaits(w *waitingRequest, now time.Time) bool {
 	switch {
 	case w.giveUp.IsZero() || w.giveUp.After(now):
 		return true
-	case c.dialReached:
+	case c.dialReached && now.Before(w.giveUp.Add(ReachedHold)):
 		return true
 	default:
 		return c.awayAt.Before(w.giveUp) && now.Before(w.giveUp.Add(c.cfg.DialGrace))

@@ -3,8 +3,9 @@ package core
 import "testing"
 
 // TestWaitEndsOnDialVerdict covers DESIGN §3's upstream_wait: past it a
-// waiting request gives up when a dial fails (away), never while a dial is
-// at a node (reached), and DialGrace after it when no dial said either.
+// waiting request gives up when a dial fails (away), not while a dial is
+// at a node (reached) for up to ReachedHold, and DialGrace after it when no
+// dial said either.
 func TestWaitEndsOnDialVerdict(t *testing.T) {
 	send := func(id string) string { return req(id, "eth_sendRawTransaction") }
 	grace := func(c *Config) { c.DialGrace = sec }
@@ -19,8 +20,17 @@ func TestWaitEndsOnDialVerdict(t *testing.T) {
 			{do: "c1", in: send("1")},
 			{do: "reached", at: 4900 * msec},
 			{do: "tick", at: 5 * sec},
-			{do: "tick", at: 9 * sec},
-			{do: "connect", at: 9500 * msec, want: []string{"up> " + send("1")}},
+			{do: "tick", at: 7900 * msec},
+			{do: "connect", at: 7950 * msec, want: []string{"up> " + send("1")}},
+		}},
+		// "At a node" is a TCP connection: a hung node's kernel or a
+		// proxy with its backend gone takes it and never answers.
+		{name: "a_dial_at_the_node_holds_it_reached_hold_at_most", steps: []step{
+			{do: "join"},
+			{do: "c1", in: send("1")},
+			{do: "reached", at: 4900 * msec},
+			{do: "tick", at: 7999 * msec},
+			{do: "tick", at: 8 * sec, want: []string{"c1< " + noUpstream("1")}},
 		}},
 		{name: "the_dial_at_the_node_fails", steps: []step{
 			{do: "join"},
@@ -39,10 +49,10 @@ func TestWaitEndsOnDialVerdict(t *testing.T) {
 			{do: "unreached", at: 7100 * msec},
 			{do: "tick", want: []string{"c1< " + noUpstream("1")}},
 		}},
-		{name: "the_deadline_bounds_a_dial_at_the_node", steps: []step{
+		{name: "the_deadline_bounds_a_dial_at_the_node", cfg: func(c *Config) { c.UpstreamWait = 9 * sec }, steps: []step{
 			{do: "join"},
 			{do: "c1", in: send("1")},
-			{do: "reached", at: 4900 * msec},
+			{do: "reached", at: 8900 * msec},
 			{do: "tick", at: 10 * sec, want: []string{"c1< " + timedOut("1")}},
 		}},
 		{name: "a_failed_dial_after_the_wait_ends_it", cfg: grace, steps: []step{

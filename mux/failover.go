@@ -271,11 +271,13 @@ func (s *Server) dialReached(n *upstreamNode) {
 	s.mu.Unlock()
 }
 
-// dialReachedLocked reports whether a dial of any upstream is at its node.
-// Caller holds s.mu.
+// dialReachedLocked reports whether a dial of any upstream is at its node,
+// or one is connected but not active (its chain id not judged yet, or
+// not the selector's choice): either may yet serve what waits, so that a
+// refused dial of another does not fail it. Caller holds s.mu.
 func (s *Server) dialReachedLocked() bool {
 	for _, n := range s.nodes {
-		if n.reached {
+		if n.reached || (n.conn != nil && n.conn != s.up) {
 			return true
 		}
 	}

@@ -6,12 +6,16 @@ import (
 )
 
 // TestWaitingRequestsHurryTheRedial: while a request waits for an upstream,
-// muxd dials every reconnect.DefaultHurryInterval whatever its backoff (here
-// 3 s, longer than upstream_wait), so a node back within upstream_wait gets
-// the request; one still away fails it only once upstream_wait has passed
-// and a dial has failed since (DESIGN §3).
+// muxd dials every reconnect.DefaultHurryInterval after a failed dial
+// whatever its backoff (here 3 s: the pause after the lost connection keeps
+// it, the next one is cut short), so a node back within upstream_wait gets
+// the request well before the backoff's next dial; one still away fails it
+// only once upstream_wait has passed and a dial has failed since (DESIGN §3).
 func TestWaitingRequestsHurryTheRedial(t *testing.T) {
-	const wait = time.Second
+	const (
+		wait    = 5 * time.Second
+		backoff = 3 * time.Second
+	)
 	tests := []struct {
 		name string
 		back bool // the node comes back once a dial has failed while the request waits
@@ -24,7 +28,7 @@ func TestWaitingRequestsHurryTheRedial(t *testing.T) {
 			t.Parallel()
 			h, g := gatedHarness(t, true, func(c *Config) {
 				c.UpstreamWait = wait
-				c.ReconnectInitial, c.ReconnectMax = 3*time.Second, 3*time.Second
+				c.ReconnectInitial, c.ReconnectMax = backoff, backoff
 			})
 			c := h.dial(t)
 			c.barrier()
@@ -37,11 +41,16 @@ func TestWaitingRequestsHurryTheRedial(t *testing.T) {
 			g.mu.Lock()
 			fails := g.fails
 			g.mu.Unlock()
-			// A dial while the request waits, long before the backoff's.
+			// The first dial after the loss, at the backoff's pace.
 			g.waitFails(t, fails+1)
+			failed := time.Now()
 			if tt.back {
 				g.set(true)
 				wantEcho(t, parseResp(t, c.recv()), `1`, "eth_blockNumber", `[1]`)
+				// Hurried: the next dial came long before the backoff's.
+				if took := time.Since(failed); took >= backoff {
+					t.Errorf("answered %v after the failed dial: no hurried redial (backoff %v)", took, backoff)
+				}
 				return
 			}
 			r := parseResp(t, c.recv())

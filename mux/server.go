@@ -31,10 +31,12 @@ var ErrClosed = core.ErrClosed
 // the one core call, and releases mu; it then carries out the call's
 // effects: queueing deliveries, writing upstream, logging.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	metrics *Metrics
-	nodes   []*upstreamNode // the upstreams, most preferred first
+	// answerFlush is AnswerFlush; a test may lengthen it before Shutdown.
+	answerFlush time.Duration
+	cfg         Config
+	log         *slog.Logger
+	metrics     *Metrics
+	nodes       []*upstreamNode // the upstreams, most preferred first
 
 	mu   sync.Mutex
 	core *core.Core         // guarded by mu
@@ -83,12 +85,13 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		metrics:   newMetrics(cfg.Registerer),
-		peers:     make(map[router.ClientID]*Client),
-		upChanged: make(chan struct{}),
-		queued:    queueBudget{max: int64(cfg.OutboundQueueBytesTotal)},
+		cfg:         cfg,
+		answerFlush: AnswerFlush,
+		log:         cfg.Logger,
+		metrics:     newMetrics(cfg.Registerer),
+		peers:       make(map[router.ClientID]*Client),
+		upChanged:   make(chan struct{}),
+		queued:      queueBudget{max: int64(cfg.OutboundQueueBytesTotal)},
 	}
 	s.queued.gauge = s.metrics.QueuedPastBound
 	backfill := cfg.BackfillBlocks
@@ -210,6 +213,7 @@ func (s *Server) Connected() (bool, <-chan struct{}) {
 // setUp changes the current upstream connection. Caller holds s.mu.
 func (s *Server) setUp(u *upstreamConn) {
 	s.up = u
+	s.core.Dialing(s.dialReachedLocked())
 	close(s.upChanged)
 	s.upChanged = make(chan struct{})
 	if u != nil {
@@ -329,7 +333,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range clients {
 		c.finish(closeGoingAway, "shutdown")
 	}
-	flush := time.NewTimer(AnswerFlush)
+	flush := time.NewTimer(s.answerFlush)
 	defer flush.Stop()
 	for _, c := range clients {
 		select {

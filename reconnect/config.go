@@ -88,9 +88,10 @@ type Config struct {
 	// not block for long.
 	OnDialReached func()
 
-	// HurryInterval is the longest pause between dial attempts (or after a
-	// lost connection) once [Supervisor.Hurry] asks for one: the backoff's
-	// longer pauses are cut short while something waits for a connection.
+	// HurryInterval is the longest pause between dial attempts once
+	// [Supervisor.Hurry] asks for one: the backoff's longer pauses after a
+	// failed dial are cut short while something waits for a connection.
+	// The pause after a lost connection is never cut short.
 	// <= 0 means DefaultHurryInterval (250ms).
 	HurryInterval time.Duration
 }
@@ -104,7 +105,7 @@ const DefaultHurryInterval = 250 * time.Millisecond
 // Default reconnect backoff: the first retry after about DefaultBackOffInitial,
 // doubling (with jitter) up to about DefaultBackOffMax between attempts. The
 // max bounds how long muxd may stay away once the node is back (up to 1.5 ×
-// it, with jitter), while requests wait upstream_wait (5 s by default) for a
+// it, with jitter), while requests wait upstream_wait (10 s by default) for a
 // connection: at 10 s, a node back after a 7 s outage was redialled ~6 s
 // later, and requests made meanwhile failed. A refused dial every 2 s costs
 // a node nothing.

@@ -169,12 +169,23 @@ func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c 
 		if next == backoff.Stop {
 			return fmt.Errorf("reconnect: giving up after losing upstream: %w", err)
 		}
+		// The pause after a lost connection keeps the backoff's pace,
+		// Hurry or not: a node that takes the WebSocket and drops it at
+		// once (a provider's rate limit, a proxy closing upgraded
+		// connections) costs it a handshake, resubscriptions and every
+		// waiting request each time. Only a failed dial, which cost the
+		// node nothing, is followed by a hurried one.
 		select {
 		case <-s.hurry: // asked for while connected
 		default:
 		}
-		if hurried, err = s.pause(ctx, next, time.Now()); err != nil {
-			return err
+		hurried = false
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
 		}
 	}
 }

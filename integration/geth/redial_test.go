@@ -15,7 +15,7 @@ import (
 )
 
 // TestGethRestartCallsHeld restarts geth under muxd (default config:
-// upstream_wait 5 s) while a client sends eth_blockNumber every 100 ms, each
+// upstream_wait 10 s) while a client sends eth_blockNumber every 100 ms, each
 // waiting for its answer concurrently, all through the outage. A call held
 // by a client that reconnects directly to geth succeeds once geth is back;
 // through muxd none may fail then: a call gets -32002 only after waiting
@@ -36,7 +36,7 @@ func TestGethRestartCallsHeld(t *testing.T) {
 		probeStep = 5 * time.Millisecond
 		// late bounds how long after geth is back a -32002 given just
 		// before may take to reach the client.
-		late = 100 * time.Millisecond
+		late = 500 * time.Millisecond
 	)
 	tests := []struct {
 		name         string
