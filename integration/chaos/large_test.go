@@ -164,8 +164,12 @@ func answerID(frame []byte) []byte {
 	return frame[len(prefix)-1 : len(prefix)+end+1]
 }
 
-// echoAnswer is the slow echo node's answer to a request with id and params.
+// echoAnswer is the slow echo node's answer to a request with id and params
+// (null when it has none, as keepalive's probe).
 func echoAnswer(id, params []byte) []byte {
+	if params == nil {
+		params = []byte("null")
+	}
 	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"echo":%s}}`, id, params)
 }
 
