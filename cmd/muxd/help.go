@@ -282,7 +282,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 	case "probe":
 		helpProbe(stdout)
 	case "version":
-		fmt.Fprintln(stdout, "Usage: muxd version (or muxd --version)\n\nPrints muxd's version.")
+		fmt.Fprintln(stdout, "Usage: muxd version (or muxd --version)\n\nPrints muxd's version, then its commit (-dirty: built from a modified tree), build\ndate and Go release, each where the binary knows it.")
 	default:
 		fmt.Fprintf(stderr, "muxd help: unknown command %s (serve, check, probe, version, help)\n", shownWord(topic))
 		return 2

@@ -16,16 +16,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-multierror"
 )
-
-// version is set at build time with -ldflags "-X main.version=…"; otherwise
-// the module version from the build info is used.
-var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -47,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "muxd version: takes no arguments")
 			return 2
 		}
-		fmt.Fprintln(stdout, "muxd", versionString())
+		writeVersion(stdout, currentBuild())
 		return 0
 	case "help":
 		return runHelp(args, stdout, stderr)
@@ -96,7 +91,7 @@ func reportConfigError(cmd string, err error, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return runHelp([]string{cmd}, stdout, stderr)
 	case errors.Is(err, errShowVersion):
-		fmt.Fprintln(stdout, "muxd", versionString())
+		writeVersion(stdout, currentBuild())
 		return 0
 	}
 	fmt.Fprintln(stderr, "muxd:", err)
@@ -190,14 +185,4 @@ func withListFormat(err error) error {
 		return flat
 	}
 	return err
-}
-
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

@@ -133,7 +133,9 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 			"set the upstream URL in MUXD_UPSTREAM and headers in the config file (mode 0600) instead", "flags", exposed)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := currentBuild()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		mux.NewBuildInfo(build.Version, build.Revision, build.GoVersion))
 	srv, err := mux.New(muxConfig(cfg, log, reg))
 	if err != nil {
 		return err
@@ -173,7 +175,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	if onListening != nil {
 		onListening(addrOf(ls.ws), addrOf(ls.ipc), addrOf(ls.metrics))
 	}
-	log.Info("muxd started", append([]any{"version", versionString()}, upstreamLogAttrs(cfg)...)...)
+	log.Info("muxd started", append([]any{"version", build.Version, "revision", cmp.Or(build.Revision, "unknown")}, upstreamLogAttrs(cfg)...)...)
 	daemon.SdNotify(false, daemon.SdNotifyReady)
 	stopWatchdog := startWatchdog(log)
 
