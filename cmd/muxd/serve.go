@@ -130,7 +130,10 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	log := newLogger(cfg, logOut)
 	if len(exposed) > 0 {
 		log.Warn("secrets given as flags can be read by every local user in the process list (/proc/PID/cmdline): "+
-			"set the upstream URL in MUXD_UPSTREAM and headers in the config file (mode 0600) instead", "flags", exposed)
+			"set the upstream URL in MUXD_UPSTREAM and headers in MUXD_UPSTREAM_HEADERS or the config file (mode 0600) instead", "flags", exposed)
+	}
+	if unknown := unknownEnv(os.Environ()); len(unknown) > 0 {
+		log.Warn("environment variables that are no option's (MUXD_ and a TOML key in capitals) are ignored", "variables", unknown)
 	}
 	reg := prometheus.NewRegistry()
 	build := currentBuild()
