@@ -10,6 +10,8 @@
 #               (DEV_GETH_WS_PORT, DEV_MUXD_LISTEN, MUXD_GETH; ARGS for muxd)
 #   make bench-smoke  the benchmark suite (integration/bench) at tiny sizes, seconds,
 #               no thresholds; the full suite is `go run ./integration/bench`
+#   make release  static binaries (linux, darwin; amd64, arm64) stamped with
+#               git describe into dist/, with dist/SHA256SUMS (scripts/release.sh)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -19,7 +21,7 @@ GO ?= go
 FUZZTIME ?= 20s
 GETH_BIN := $(CURDIR)/.bin/geth
 
-.PHONY: test geth fuzz dev bench-smoke
+.PHONY: test geth fuzz dev bench-smoke release
 
 # With MUXD_GETH set the install is skipped and that binary is used. A failed
 # install is fatal under CI=true; locally the geth tests then skip instead.
@@ -54,3 +56,7 @@ dev:
 # ---- bench-smoke: the benchmark suite at tiny sizes (also run by .ci/run) --
 bench-smoke:
 	$(GO) run ./integration/bench -smoke -q
+
+# ---- release: static, version-stamped binaries and their checksums --------
+release:
+	@GO="$(GO)" bash scripts/release.sh >/dev/null
