@@ -12,6 +12,11 @@
 #               (DEV_GETH_WS_PORT, DEV_MUXD_LISTEN, MUXD_GETH; ARGS for muxd)
 #   make bench-smoke  the benchmark suite (integration/bench) at tiny sizes, seconds,
 #               no thresholds; the full suite is `go run ./integration/bench`
+#   make release  static binaries (linux, darwin; amd64, arm64) stamped with
+#               git describe into dist/, with dist/SHA256SUMS (scripts/release.sh)
+#   make image  the container image (Dockerfile: FROM scratch, static muxd, CA
+#               bundle, user 65532) with docker, podman or buildah, whichever
+#               works (scripts/image.sh; IMAGE, IMAGE_TOOL)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -21,7 +26,7 @@ GO ?= go
 FUZZTIME ?= 20s
 GETH_BIN := $(CURDIR)/.bin/geth
 
-.PHONY: test geth fuzz dev bench-smoke
+.PHONY: test geth fuzz dev bench-smoke release image
 
 # With MUXD_GETH set the install is skipped and that binary is used. A failed
 # install (geth, or the npm packages: needs node and npm) is fatal under
@@ -61,3 +66,11 @@ dev:
 # ---- bench-smoke: the benchmark suite at tiny sizes (also run by .ci/run) --
 bench-smoke:
 	$(GO) run ./integration/bench -smoke -q
+
+# ---- release: static, version-stamped binaries and their checksums --------
+release:
+	@GO="$(GO)" bash scripts/release.sh >/dev/null
+
+# ---- image: the container image, built offline from what the repo builds --
+image:
+	@GO="$(GO)" bash scripts/image.sh >/dev/null

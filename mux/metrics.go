@@ -280,3 +280,22 @@ func (o observer) Backfilled(kind string, n int) {
 		o.m.backfilled.WithLabelValues(kind).Add(float64(n))
 	}
 }
+
+// NewBuildInfo returns muxd_build_info, a gauge that is always 1 and whose
+// labels identify the running binary: version (a release tag such as
+// v1.2.3, a module pseudo-version, or "(devel)"), revision (the commit
+// hash, "-dirty" for a modified tree; "unknown" when the binary does not
+// know it) and go_version. It belongs to the process, not to a Server:
+// the caller registers it next to the Go and process collectors.
+func NewBuildInfo(version, revision, goVersion string) prometheus.Collector {
+	if revision == "" {
+		revision = "unknown"
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "muxd_build_info",
+		Help:        "Always 1; the labels say which build of muxd is running.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "go_version": goVersion},
+	})
+	g.Set(1)
+	return g
+}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `systemd-analyze verify` of configs/*.service and *.socket, with ExecStart
-# pointed at a muxd built here (verify insists that the binary exists).
+# pointed at a muxd built here (verify insists that the binary exists). The
+# template muxd@.service is among them: verify checks it as an instance
+# (muxd@i.service), %i expanded.
 # Called by .ci/run; says so and succeeds when systemd-analyze is not
 # installed (cmd/muxd's TestSystemdUnits checks the units' properties
 # everywhere).

@@ -158,20 +158,26 @@ var secretOptions = map[string]string{
 	"upstream_headers": `want a table: a line [upstream_headers], then Name = "value" lines`,
 }
 
-// loadFile reads a TOML file over cfg. Unknown keys are errors: a typo must
-// not silently leave a default in force. Every bad option is reported, not
-// just the first; options that fail to decode keep their previous value.
-// Errors give positions and key names, never text of the file, which may
-// hold secrets.
+// loadFile reads a TOML file over cfg (readFile, without the keys).
 func loadFile(cfg *Config, file string) error {
+	_, err := readFile(cfg, file)
+	return err
+}
+
+// readFile reads a TOML file over cfg and returns the options it gives.
+// Unknown keys are errors: a typo must not silently leave a default in
+// force. Every bad option is reported, not just the first; options that
+// fail to decode keep their previous value. Errors give positions and key
+// names, never text of the file, which may hold secrets.
+func readFile(cfg *Config, file string) ([]string, error) {
 	var raw map[string]toml.Primitive
 	md, err := toml.DecodeFile(file, &raw)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return &unreadableFileError{tomlSyntaxError(file, err)}
+			return nil, &unreadableFileError{tomlSyntaxError(file, err)}
 		}
-		return &unreadableFileError{err}
+		return nil, &unreadableFileError{err}
 	}
 	fields := map[string]reflect.Value{}
 	v := reflect.ValueOf(cfg).Elem()
@@ -179,6 +185,7 @@ func loadFile(cfg *Config, file string) error {
 		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
 	}
 	var errs *multierror.Error
+	var keys []string
 	seen := map[string]bool{}
 	for _, k := range md.Keys() {
 		// An array of tables ([[upstream]]) lists its key once per table.
@@ -195,6 +202,7 @@ func loadFile(cfg *Config, file string) error {
 			errs = multierror.Append(errs, fmt.Errorf("%s: unknown option %s%s", file, shownKey(k[0]), hint))
 			continue
 		}
+		keys = append(keys, k[0])
 		if u, ok := f.Addr().Interface().(toml.Unmarshaler); ok {
 			// Decoded here rather than by PrimitiveDecode, whose error
 			// would hide this one's: it is written to show no value.
@@ -227,7 +235,7 @@ func loadFile(cfg *Config, file string) error {
 			errs = multierror.Append(errs, fmt.Errorf("%s: %s: %w", file, k[0], err))
 		}
 	}
-	return errs.ErrorOrNil()
+	return keys, errs.ErrorOrNil()
 }
 
 // problems lists every problem with c, nil when there is none.

@@ -102,7 +102,7 @@ clients (WebSocket, HTTP and IPC), each answered under its own request ids.
 
 Usage:
   muxd [serve] [OPTIONS]   run muxd (serve is the default command)
-  muxd check [OPTIONS]     check the configuration, print the upstreams (redacted), exit
+  muxd check [OPTIONS]     check the configuration, print each option and its source, exit
   muxd probe [--json] [--count N] [--timeout D] URL
                            print a correlation table for an endpoint (http, https, ws, wss)
   muxd version             print the version (also: muxd --version)
@@ -119,11 +119,15 @@ Exit status: 0 done, 1 failed while running, 2 usage or configuration error.
 // flag, value, default and meaning.
 func helpOptions(w io.Writer) {
 	fmt.Fprint(w, `
-Options of serve and check. Each is also a key of the TOML file given with --config:
-the flag's name with "-" written "_" (--request-timeout is request_timeout). Later
-sources win: defaults, the file, MUXD_UPSTREAM, flags; a later source of upstreams
-replaces the whole list. Give a flag once; list options take commas ("a,b"), and
---upstream and --upstream-headers may be repeated.
+Options of serve and check. Each is also a key of the TOML file given with --config,
+the flag's name with "-" written "_" (--request-timeout is request_timeout), and an
+environment variable, MUXD_ and the key in capitals (MUXD_REQUEST_TIMEOUT). Later
+sources win: defaults, the file, the environment, flags; a later source of upstreams
+or of upstream headers replaces the whole list. Give a flag once; list options take
+commas ("a,b") in flags and variables, and --upstream and --upstream-headers may be
+repeated. MUXD_UPSTREAM_HEADERS takes "Name: value" entries one a line, or separated
+by commas where the next "Name: " follows ("A: x, B: y"; "Accept: a, b" is one). An
+empty variable counts as unset. muxd check shows where each value came from.
 
 General:
   --config FILE
@@ -146,7 +150,7 @@ General:
 			if arg == "" {
 				arg = argOfKind(f)
 			}
-			fmt.Fprintf(w, "  %s %s\n", flagName(key), arg)
+			fmt.Fprintf(w, "  %-36s %s\n", flagName(key)+" "+arg, envName(key))
 			fmt.Fprintf(w, "%s\n", wrapWords(optionHelp[key]+" ("+defaultText(key, f)+")", 84, "        "))
 		}
 	}
@@ -274,7 +278,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 	case "serve", "check":
 		fmt.Fprintf(stdout, "Usage: muxd %s [OPTIONS]\n", topic)
 		if topic == "check" {
-			fmt.Fprintln(stdout, "\nValidates the options (and the file given with --config) as serve would, without\nstarting: every problem is listed and the exit status is 2; with none, prints the\nupstreams (redacted) and exits 0.")
+			fmt.Fprintln(stdout, "\nValidates the options (and the file given with --config) as serve would, without\nstarting: every problem is listed and the exit status is 2; with none, prints the\nupstreams, then every option with where its value came from (default, file, env,\nflag) and the value (upstream URLs redacted, header values not shown), and exits 0.")
 		} else {
 			fmt.Fprintln(stdout, "\nRuns muxd until SIGTERM or SIGINT, then shuts down gracefully (shutdown_grace).")
 		}
@@ -282,7 +286,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 	case "probe":
 		helpProbe(stdout)
 	case "version":
-		fmt.Fprintln(stdout, "Usage: muxd version (or muxd --version)\n\nPrints muxd's version.")
+		fmt.Fprintln(stdout, "Usage: muxd version (or muxd --version)\n\nPrints muxd's version, then its commit (-dirty: built from a modified tree), build\ndate and Go release, each where the binary knows it.")
 	default:
 		fmt.Fprintf(stderr, "muxd help: unknown command %s (serve, check, probe, version, help)\n", shownWord(topic))
 		return 2

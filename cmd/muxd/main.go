@@ -16,16 +16,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-multierror"
 )
-
-// version is set at build time with -ldflags "-X main.version=…"; otherwise
-// the module version from the build info is used.
-var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -47,12 +42,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "muxd version: takes no arguments")
 			return 2
 		}
-		fmt.Fprintln(stdout, "muxd", versionString())
+		writeVersion(stdout, currentBuild())
 		return 0
 	case "help":
 		return runHelp(args, stdout, stderr)
 	case "check":
-		cfg, _, err := loadConfig(args)
+		cfg, _, from, err := loadConfigFrom(args)
 		if err != nil {
 			return reportConfigError(cmd, err, stdout, stderr)
 		}
@@ -61,7 +56,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, "muxd check: note:", note)
 			}
 		}
+		for _, name := range unknownEnv(os.Environ()) {
+			fmt.Fprintf(stderr, "muxd check: note: %s is set but is no option's variable (MUXD_ and a TOML key in capitals; see muxd help): ignored\n", name)
+		}
 		fmt.Fprintf(stdout, "configuration ok (%s)\n", redactedUpstreams(cfg))
+		writeSources(stdout, cfg, from)
 		return 0
 	case "probe":
 		return runProbe(ctx, args, stdout, stderr)
@@ -96,7 +95,7 @@ func reportConfigError(cmd string, err error, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return runHelp([]string{cmd}, stdout, stderr)
 	case errors.Is(err, errShowVersion):
-		fmt.Fprintln(stdout, "muxd", versionString())
+		writeVersion(stdout, currentBuild())
 		return 0
 	}
 	fmt.Fprintln(stderr, "muxd:", err)
@@ -118,67 +117,89 @@ func listFormat(errs []error) string {
 }
 
 // loadConfig builds the configuration: defaults, then the config file, then
-// MUXD_UPSTREAM, then flags; a source of upstreams replaces the list of the
-// one before. It also returns the options given as flags
-// whose values may be secrets (see flagValues.exposedSecrets). It returns
-// flag.ErrHelp for -h and errShowVersion for --version.
+// the environment (MUXD_<OPTION>, env.go), then flags; a source of
+// upstreams replaces the list of the one before. It also returns the
+// options given as flags whose values may be secrets (see
+// flagValues.exposedSecrets). It returns flag.ErrHelp for -h and
+// errShowVersion for --version.
 func loadConfig(args []string) (*Config, []string, error) {
+	cfg, exposed, _, err := loadConfigFrom(args)
+	return cfg, exposed, err
+}
+
+// loadConfigFrom is loadConfig, also saying where each option's value came
+// from (for muxd check).
+func loadConfigFrom(args []string) (*Config, []string, optionSources, error) {
 	fs, fv, showVersion := newFlagSet("muxd")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if *showVersion {
-		return nil, nil, errShowVersion
+		return nil, nil, nil, errShowVersion
 	}
 	if fs.NArg() > 0 {
 		// Not quoted: a stray argument is often the rest of a value
 		// with spaces, such as a header's.
-		return nil, nil, fmt.Errorf("%w: %d unexpected argument(s) after the options (not shown; a value with spaces needs quotes, and a command comes first)", ErrConfig, fs.NArg())
+		return nil, nil, nil, fmt.Errorf("%w: %d unexpected argument(s) after the options (not shown; a value with spaces needs quotes, and a command comes first)", ErrConfig, fs.NArg())
 	}
 	if err := fv.repeated(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, withListFormat(err))
+		return nil, nil, nil, fmt.Errorf("%w: %w", ErrConfig, withListFormat(err))
 	}
-	// Every problem is reported at once: the file's, the flags' and the
-	// resulting configuration's; but a file that cannot be read or parsed
-	// is reported alone, since the rest would follow from it.
+	// Every problem is reported at once: the file's, the environment's,
+	// the flags' and the resulting configuration's; but a file that
+	// cannot be read or parsed is reported alone, since the rest would
+	// follow from it.
 	cfg := defaults()
+	from := optionSources{}
 	var errs *multierror.Error
 	upstreamFrom := ""
 	if file := fv.configFile(); file != "" {
-		err := loadFile(&cfg, file)
+		keys, err := readFile(&cfg, file)
 		var unreadable *unreadableFileError
 		if errors.As(err, &unreadable) {
-			return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			return nil, nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		errs = multierror.Append(errs, err)
+		for _, k := range keys {
+			from[k] = "file"
+		}
 		if len(cfg.Upstreams) > 0 {
 			upstreamFrom = file
 		}
 	}
-	// Each source of upstreams replaces the whole list. MUXD_UPSTREAM is
-	// read only when no --upstream overrides it.
+	// The environment, over the file. An option given as a flag is not
+	// read from it: the flag wins (and MUXD_UPSTREAM is then not parsed).
+	keys, err := applyEnv(&cfg, os.LookupEnv, func(key string) bool { _, ok := fv.vals[key]; return ok })
+	errs = multierror.Append(errs, err)
+	for _, k := range keys {
+		from[k] = "env"
+	}
+	if from["upstream"] == "env" {
+		upstreamFrom = envName("upstream")
+	}
 	if _, ok := fv.vals["upstream"]; ok {
 		upstreamFrom = "--upstream"
-	} else if v := os.Getenv("MUXD_UPSTREAM"); v != "" {
-		list, err := upstreamsFromEnv(v)
-		errs = multierror.Append(errs, err)
-		cfg.Upstreams, upstreamFrom = list, "MUXD_UPSTREAM"
 	}
 	errs = multierror.Append(errs, fv.apply(&cfg))
+	for _, name := range fv.order {
+		if name != "config" {
+			from[name] = "flag"
+		}
+	}
 	// reconnect_max left at its default follows a longer reconnect_initial:
 	// the default fell from 10 s to 2 s, and a configuration that set only
 	// reconnect_initial, above 2 s, stays valid.
 	if cfg.ReconnectMax == defaults().ReconnectMax && cfg.ReconnectInitial.Duration > cfg.ReconnectMax.Duration {
 		cfg.ReconnectMax = cfg.ReconnectInitial
 	}
-	errs = multierror.Append(errs, cfg.problems(upstreamFrom))
+	errs = multierror.Append(errs, annotateEnv(cfg.problems(upstreamFrom), from))
 	if err := errs.ErrorOrNil(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, withListFormat(err))
+		return nil, nil, nil, fmt.Errorf("%w: %w", ErrConfig, withListFormat(err))
 	}
-	return &cfg, fv.exposedSecrets(), nil
+	return &cfg, fv.exposedSecrets(), from, nil
 }
 
 // withListFormat flattens a multierror and gives it listFormat.
@@ -190,14 +211,4 @@ func withListFormat(err error) error {
 		return flat
 	}
 	return err
-}
-
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

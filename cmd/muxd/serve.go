@@ -130,10 +130,15 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	log := newLogger(cfg, logOut)
 	if len(exposed) > 0 {
 		log.Warn("secrets given as flags can be read by every local user in the process list (/proc/PID/cmdline): "+
-			"set the upstream URL in MUXD_UPSTREAM and headers in the config file (mode 0600) instead", "flags", exposed)
+			"set the upstream URL in MUXD_UPSTREAM and headers in MUXD_UPSTREAM_HEADERS or the config file (mode 0600) instead", "flags", exposed)
+	}
+	if unknown := unknownEnv(os.Environ()); len(unknown) > 0 {
+		log.Warn("environment variables that are no option's (MUXD_ and a TOML key in capitals) are ignored", "variables", unknown)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := currentBuild()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		mux.NewBuildInfo(build.Version, build.Revision, build.GoVersion))
 	srv, err := mux.New(muxConfig(cfg, log, reg))
 	if err != nil {
 		return err
@@ -173,7 +178,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	if onListening != nil {
 		onListening(addrOf(ls.ws), addrOf(ls.ipc), addrOf(ls.metrics))
 	}
-	log.Info("muxd started", append([]any{"version", versionString()}, upstreamLogAttrs(cfg)...)...)
+	log.Info("muxd started", append([]any{"version", build.Version, "revision", cmp.Or(build.Revision, "unknown")}, upstreamLogAttrs(cfg)...)...)
 	daemon.SdNotify(false, daemon.SdNotifyReady)
 	stopWatchdog := startWatchdog(log)
 

@@ -120,3 +120,54 @@ func TestSystemdUnits(t *testing.T) {
 		t.Errorf("muxd-ipc.socket: SocketMode=%s, want 0600 (or 0660 with a SocketGroup)", m)
 	}
 }
+
+// TestSystemdTemplateUnit: configs/muxd@.service runs one muxd per chain,
+// reading /etc/muxd/%i.toml and /etc/muxd/%i.env, each instance with its
+// own runtime directory; every other [Service] setting, the hardening
+// included, is muxd.service's, so that a setting added to one and not the
+// other fails here.
+func TestSystemdTemplateUnit(t *testing.T) {
+	svc := readUnit(t, "muxd.service")
+	tpl := readUnit(t, "muxd@.service")
+	instance := map[string]string{ // the settings an instance has of its own
+		"ExecStart":        "/usr/local/bin/muxd --config /etc/muxd/%i.toml",
+		"EnvironmentFile":  "-/etc/muxd/%i.env",
+		"RuntimeDirectory": "muxd-%i",
+	}
+	for key, want := range instance {
+		if got := tpl["Service"][key]; len(got) != 1 || got[0] != want {
+			t.Errorf("muxd@.service: %s=%v, want %s", key, got, want)
+		}
+	}
+	for key, want := range svc["Service"] {
+		if _, own := instance[key]; own {
+			continue
+		}
+		if got := tpl["Service"][key]; !slices.Equal(got, want) {
+			t.Errorf("muxd@.service: %s=%v, muxd.service has %v", key, got, want)
+		}
+	}
+	for key, got := range tpl["Service"] {
+		if _, ok := svc["Service"][key]; !ok {
+			t.Errorf("muxd@.service: %s=%v, which muxd.service does not set", key, got)
+		}
+	}
+	if d := tpl.get("Unit", "Description"); !strings.Contains(d, "%i") {
+		t.Errorf("muxd@.service: Description=%s does not name the instance", d)
+	}
+	for _, key := range []string{"After", "Wants", "Documentation"} {
+		if got, want := tpl["Unit"][key], svc["Unit"][key]; !slices.Equal(got, want) {
+			t.Errorf("muxd@.service: %s=%v, muxd.service has %v", key, got, want)
+		}
+	}
+	for _, dep := range []string{"Wants", "Requires", "BindsTo", "After"} {
+		for _, v := range tpl["Unit"][dep] {
+			if strings.Contains(v, ".socket") {
+				t.Errorf("muxd@.service: %s=%s: instances have no socket units", dep, v)
+			}
+		}
+	}
+	if got := tpl.get("Install", "WantedBy"); got != "multi-user.target" {
+		t.Errorf("muxd@.service: WantedBy=%s, want multi-user.target", got)
+	}
+}
