@@ -46,7 +46,7 @@ if ! command -v buildah >/dev/null; then
 fi
 # The version in use, for the log (Debian's package version when it is one).
 pkg="$(dpkg-query -W -f='${Version}' buildah 2>/dev/null || true)"
-say "buildah $(buildah version --json 2>/dev/null | sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' | head -n1)${pkg:+, Debian package $pkg}$( [[ -r /etc/debian_version ]] && printf ', Debian %s' "$(cat /etc/debian_version)")"
+say "buildah $(buildah version --json 2>/dev/null | sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' | sed -n 1p)${pkg:+, Debian package $pkg}$( [[ -r /etc/debian_version ]] && printf ', Debian %s' "$(cat /etc/debian_version)")"
 buildah info >/dev/null || fail "buildah info failed: buildah cannot run here"
 
 geth="${MUXD_GETH:-}"
@@ -118,6 +118,9 @@ say "muxd version and check ok"
 
 # ---- 5. serve: geth on the host, muxd in the container -----------------------
 # geth also reads GETH_<FLAG> variables; drop them so the flags below are all.
+# The log exists before geth starts: the loop below may read it before the
+# background job has opened it.
+: >"$work/geth.log"
 env $(env | sed -n 's/^\(GETH_[A-Za-z0-9_]*\)=.*/-u \1/p') \
 	"$geth" --dev --dev.period 1 --datadir "$work/datadir" \
 	--ipcdisable --nodiscover --maxpeers 0 --port 0 \
@@ -126,7 +129,7 @@ geth_pid=$!
 upstream=""
 for _ in $(seq 600); do # up to 60 s
 	kill -0 "$geth_pid" 2>/dev/null || { tail -n 20 "$work/geth.log" >&2; fail "geth exited"; }
-	upstream="$(sed -n 's/.*WebSocket enabled *url=\(ws:[^ ]*\).*/\1/p' "$work/geth.log" | head -n1)"
+	upstream="$(sed -n 's/.*WebSocket enabled *url=\(ws:[^ ]*\).*/\1/p' "$work/geth.log" | sed -n 1p)"
 	[[ -n "$upstream" ]] && break
 	sleep 0.1
 done
@@ -134,12 +137,13 @@ done
 say "geth --dev at $upstream"
 
 # --listen (a flag) over the image's MUXD_LISTEN: loopback, a free port.
+: >"$work/muxd.log"
 crun --upstream "$upstream" --listen 127.0.0.1:0 >"$work/muxd.log" 2>&1 &
 run_pid=$!
 addr=""
 for _ in $(seq 300); do # up to 30 s
 	kill -0 "$run_pid" 2>/dev/null || { cat "$work/muxd.log" >&2; fail "muxd in the container exited"; }
-	addr="$(sed -n 's/.*transport=ws+http addr=\([^ ]*\).*/\1/p' "$work/muxd.log" | head -n1)"
+	addr="$(sed -n 's/.*transport=ws+http addr=\([^ ]*\).*/\1/p' "$work/muxd.log" | sed -n 1p)"
 	[[ -n "$addr" ]] && break
 	sleep 0.1
 done

@@ -62,7 +62,7 @@ tag="$(printf '%s' "$version" | tr -c 'A-Za-z0-9_.-' '-')"
 ref="$image:$tag"
 revision="$(git rev-parse HEAD)"
 args=(-f "$ctx/Dockerfile" --build-arg "VERSION=$version" --build-arg "REVISION=$revision" -t "$ref" -t "$image:latest")
-echo "image: building $ref with $tool ($("$tool" --version 2>/dev/null | head -n1))" >&2
+echo "image: building $ref with $tool ($("$tool" --version 2>/dev/null | sed -n 1p))" >&2
 t0=$SECONDS
 case "$tool" in
 docker) docker build "${args[@]}" "$ctx" >&2 ;;

@@ -72,7 +72,7 @@ for p in "${platforms[@]}"; do
 	fi
 	# The one this machine can run must report the stamp.
 	if [[ "$p" == "$host" ]]; then
-		got="$("$bin" version | head -n1)"
+		got="$("$bin" version | sed -n 1p)"
 		if [[ "$got" != "muxd $version" ]]; then
 			echo "release: $bin version says '$got', want 'muxd $version'" >&2
 			exit 1
