@@ -117,6 +117,9 @@ type upstream struct {
 	// behindSince is when it last fell more than MaxHeadLag behind the
 	// best head (zero while it is not), for Config.LagGrace.
 	behindSince time.Time
+	// headless is set when this connection cannot show its head (the node
+	// refused muxd's newHeads subscription): see HeadsUnknown.
+	headless bool
 }
 
 // Selector decides which upstream is active. Make one with New.
@@ -243,6 +246,20 @@ func (s *Selector) Head(i int, number uint64, now time.Time) {
 	}
 	s.observe(now)
 	u.hasHead, u.head, u.headAt = true, number, now
+	s.observe(now)
+}
+
+// HeadsUnknown reports that upstream i's connection will show no heads
+// (the node refused muxd's newHeads subscription). With a single upstream
+// it is then healthy while connected, as no head can say otherwise; with
+// several it is stalled once HeadTimeout has passed, as before.
+func (s *Selector) HeadsUnknown(i int, now time.Time) {
+	u := s.get(i)
+	if u == nil || !u.connected {
+		return
+	}
+	s.observe(now)
+	u.headless = true
 	s.observe(now)
 }
 
@@ -396,11 +413,15 @@ func (s *Selector) best() (uint64, bool) {
 // why returns why u is not healthy at now ("" when it is), given the best
 // head.
 func (s *Selector) why(u *upstream, now time.Time, best uint64) string {
+	single := len(s.ups) == 1
 	switch {
 	case !u.connected:
 		return WhyDisconnected
-	case len(s.ups) == 1:
+	case single && u.headless:
 		return ""
+	case single:
+		// No chain id to compare and no other head to lag behind: only
+		// a head within HeadTimeout counts.
 	case u.chain == chainUnknown:
 		return WhyChainUnknown
 	case u.chain == chainMismatch:

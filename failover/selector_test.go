@@ -18,7 +18,8 @@ func at(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
 // events separated by ";", then one Decide.
 //
 // Events: "conn I", "chain I ID" (ChainID must return true) or
-// "chain I ID rejected" (false), "head I N", "lost I", "tick" (nothing).
+// "chain I ID rejected" (false), "head I N", "headless I" (HeadsUnknown),
+// "lost I", "tick" (nothing).
 type step struct {
 	at  int
 	do  string
@@ -102,6 +103,8 @@ func apply(t *testing.T, s *Selector, f []string, now time.Time, n int) {
 		s.Connected(i, now)
 	case "lost":
 		s.Lost(i, now)
+	case "headless":
+		s.HeadsUnknown(i, now)
 	case "head":
 		h, err := strconv.ParseUint(f[2], 10, 64)
 		if err != nil {
@@ -289,14 +292,35 @@ func TestScripts(t *testing.T) {
 			{1, up(0) + "; head 0 10", "", "ok,ok"},
 			{1000, "head 0 11; head 1 11", "", "ok,ok"},
 		}},
-		{"single upstream: no chain id needed, heads ignored", one, []step{
+		{"single upstream: no chain id needed", one, []step{
 			{0, "conn 0", "-1>0 first", "ok"},
 			{1, "head 0 5", "", "ok"},
-			{100, "tick", "", "ok"}, // no head for 99 s
-			{101, "chain 0 0x1", "", "ok"},
+			{101, "chain 0 0x1", "", "stalled"}, // no head for 100 s
 			{102, "lost 0", "0>-1 lost", "disconnected"},
 			{103, "conn 0; chain 0 0x2 rejected", "-1>0 lost", "ok"}, // mismatch ignored
 			{104, "lost 0; conn 0", "", "ok"},                        // drop and back between two Decides
+		}},
+		{"single upstream: stalled without a head for HeadTimeout, and active all the same", one, []step{
+			{0, "conn 0", "-1>0 first", "ok"},
+			{10, "tick", "", "ok"}, // a new connection has HeadTimeout for its first head
+			{11, "tick", "", "stalled"},
+			{12, "head 0 5", "", "ok"},
+			{22, "tick", "", "ok"},
+			{23, "tick", "", "stalled"},
+			{24, "head 0 5", "", "ok"}, // the same number again is a head all the same
+			{100, "lost 0; conn 0", "", "ok"},
+		}},
+		{"single upstream that shows no heads: healthy while connected", one, []step{
+			{0, "conn 0; headless 0", "-1>0 first", "ok"},
+			{100, "tick", "", "ok"},
+			{101, "lost 0", "0>-1 lost", "disconnected"},
+			{102, "conn 0", "-1>0 lost", "ok"}, // a new connection is watched again
+			{113, "tick", "", "stalled"},
+		}},
+		{"several upstreams: one that shows no heads stalls", two, []step{
+			{0, up(0, 1) + "; headless 0", "-1>0 first", "ok,ok"},
+			{5, "head 1 3", "", "ok,ok"},
+			{11, "tick", "0>1 stalled", "stalled,ok"},
 		}},
 		{"lost with nothing eligible: To -1, then the first connected", two, []step{
 			{0, up(0, 1), "-1>0 first", "ok,ok"},

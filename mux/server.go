@@ -156,9 +156,9 @@ func New(cfg Config) (*Server, error) {
 		for _, n := range s.nodes {
 			s.metrics.ChainMismatches.WithLabelValues(n.label)
 		}
-		if cfg.Registerer != nil {
-			cfg.Registerer.MustRegister(s.nodeGauges()...)
-		}
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.nodeGauges()...)
 	}
 	return s, nil
 }

@@ -57,6 +57,9 @@ func (s *Server) serveUpstream(ctx context.Context, n *upstreamNode, rc *reconne
 	s.mu.Lock()
 	n.conn = u
 	s.sel.Connected(n.index, now)
+	if !s.watchesHeads() {
+		s.sel.HeadsUnknown(n.index, now)
+	}
 	sw := s.decideLocked(now)
 	s.mu.Unlock()
 	s.applySwitch(sw)
