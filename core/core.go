@@ -77,6 +77,7 @@ type Core struct {
 	// upstream ids come from its counter, which survives Discard.
 	reqs    *router.Requests
 	gen     uint64     // the current upstream connection; 0: none
+	since   time.Time  // when gen became current: what waited for it went upstream then
 	drain   drainState // the connection switched away from, while it owes answers
 	waiting waitQueue
 	subs    *subTable
@@ -306,6 +307,7 @@ type Stats struct {
 	CacheBytes       int // bytes the cache of answers holds
 	Waiting          int // requests waiting for an upstream, muxd's own included
 	Backfill         int // backfill requests in flight
+	Backfills        int // backfill jobs running (keys being filled)
 	InFlight         int // client requests owed an answer, subscribe waiters included
 	HeldBytes        int // bytes of client requests held
 	SubscribeWaiters int // client eth_subscribe awaiting the node's answer
@@ -321,6 +323,7 @@ func (c *Core) Stats() Stats {
 		Pending:    c.reqs.Len(),
 		Waiting:    c.waiting.live,
 		Backfill:   len(c.gapReqs),
+		Backfills:  c.gap.Jobs(),
 		Joined:     c.coal.joined(),
 		CacheBytes: c.cache.bytes,
 	}

@@ -357,17 +357,17 @@ func TestStatus(t *testing.T) {
 	}
 	check(0, Status{Why: WhyDisconnected})
 	s.Connected(0, at(0))
-	check(0, Status{Connected: true, Why: WhyChainUnknown})
+	check(0, Status{Connected: true, Why: WhyChainUnknown, ConnectedAt: at(0)})
 	s.Head(0, 7, at(0)) // before the chain id: kept, but counts for nothing
 	s.ChainID(0, "0x1", at(0))
 	s.Decide(at(0))
-	check(0, Status{Connected: true, ChainOK: true, Healthy: true, Active: true, HasHead: true, Head: 7})
+	check(0, Status{Connected: true, ChainOK: true, Healthy: true, Active: true, HasHead: true, Head: 7, HeadAt: at(0), ConnectedAt: at(0), Best: 7})
 	s.Lost(0, at(0))
-	check(0, Status{HasHead: true, Head: 7, Active: true, Why: WhyDisconnected}) // not decided yet
+	check(0, Status{HasHead: true, Head: 7, Active: true, Why: WhyDisconnected, HeadAt: at(0), ConnectedAt: at(0)}) // not decided yet
 	s.Decide(at(0))
-	check(0, Status{HasHead: true, Head: 7, Why: WhyDisconnected})
+	check(0, Status{HasHead: true, Head: 7, Why: WhyDisconnected, HeadAt: at(0), ConnectedAt: at(0)})
 	s.Connected(0, at(0))
-	check(0, Status{Connected: true, Why: WhyChainUnknown})
+	check(0, Status{Connected: true, Why: WhyChainUnknown, ConnectedAt: at(0)})
 	for _, i := range []int{-1, 2} {
 		check(i, Status{Why: WhyDisconnected})
 	}
@@ -670,5 +670,60 @@ func TestLagGrace(t *testing.T) {
 	}
 	if sw, ok := s.Decide(at(2050)); !ok || sw.To != 1 || sw.Reason != ReasonLagging {
 		t.Fatalf("after the grace: Decide = %v %v, want to 1, lagging", sw, ok)
+	}
+}
+
+// TestStatusLag: Status tells how far an upstream is behind the best head,
+// in blocks and since when: the first head above its own was seen.
+func TestStatusLag(t *testing.T) {
+	two := Config{Upstreams: 2, MaxHeadLag: 2, HeadTimeout: time.Minute}
+	tests := []struct {
+		name   string
+		script []step // events only: Decide's result is not checked here
+		at     int
+		i      int
+		// want: head, best, behind since (seconds from t0; -1: not
+		// behind), head age (seconds; -1: no head)
+		head, best     uint64
+		behind, headAt int
+	}{
+		{"level", []step{{0, up(0, 1), "", ""}, {1, "head 0 10; head 1 10", "", ""}}, 5, 1, 10, 10, -1, 1},
+		{"two behind since the first head above", []step{
+			{0, up(0, 1), "", ""}, {1, "head 0 10; head 1 10", "", ""}, {2, "head 0 11", "", ""}, {3, "head 0 12", "", ""},
+		}, 5, 1, 10, 12, 2, 1},
+		{"caught up one: behind since the next", []step{
+			{0, up(0, 1), "", ""}, {1, "head 0 10; head 1 10", "", ""}, {2, "head 0 11", "", ""}, {3, "head 0 12", "", ""}, {6, "head 1 11", "", ""},
+		}, 7, 1, 11, 12, 3, 6},
+		{"a jump counts from when it was seen", []step{
+			{0, up(0, 1), "", ""}, {1, "head 0 10; head 1 10", "", ""}, {4, "head 0 15", "", ""},
+		}, 9, 1, 10, 15, 4, 1},
+		{"no head yet", []step{{0, up(0, 1), "", ""}, {1, "head 0 10", "", ""}}, 3, 1, 0, 10, -1, -1},
+		{"another chain's heads are not best", []step{
+			{0, up(0) + "; conn 1; chain 1 0x2 rejected", "", ""}, {1, "head 0 10; head 1 50", "", ""},
+		}, 3, 0, 10, 10, -1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(two)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for n, st := range tt.script {
+				for ev := range strings.SplitSeq(st.do, ";") {
+					apply(t, s, strings.Fields(ev), at(st.at), n)
+				}
+				s.Decide(at(st.at))
+			}
+			st := s.Status(tt.i, at(tt.at))
+			if st.Head != tt.head || st.Best != tt.best {
+				t.Errorf("head %d best %d, want %d %d", st.Head, st.Best, tt.head, tt.best)
+			}
+			if want := at(tt.behind); tt.behind < 0 && !st.BehindSince.IsZero() || tt.behind >= 0 && !st.BehindSince.Equal(want) {
+				t.Errorf("BehindSince %v, want t0+%ds (-1: zero)", st.BehindSince.Sub(t0), tt.behind)
+			}
+			if want := at(tt.headAt); tt.headAt < 0 && !st.HeadAt.IsZero() || tt.headAt >= 0 && !st.HeadAt.Equal(want) {
+				t.Errorf("HeadAt %v, want t0+%ds (-1: zero)", st.HeadAt.Sub(t0), tt.headAt)
+			}
+		})
 	}
 }

@@ -115,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 		CacheBytes:         max(cfg.CacheBytes, 0),
 		ReportHeads:        len(cfg.Upstreams) > 1,
 		NewSubscriptionID:  newSubscriptionID,
-		Observer:           observer{s.metrics},
+		Observer:           observer{s.metrics, s},
 		Arenas:             s.arenas.get,
 	})
 	if err != nil {
@@ -160,6 +160,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(s.nodeGauges()...)
 	}
+	s.opsSeries(cfg.Registerer)
 	return s, nil
 }
 
