@@ -306,15 +306,16 @@ func ignoreClosed(err error) error {
 }
 
 // metricsHandler serves /metrics, /healthz (the process is up, whatever
-// the upstreams do) and /readyz (an upstream is active and one is
-// healthy, and shutdown has not begun: draining; 503 otherwise, with the
-// reason as the body).
+// the upstreams do), /readyz (an upstream is active and one is healthy,
+// and shutdown has not begun: draining; 503 otherwise, with the reason as
+// the body) and /status (statusHandler).
 func metricsHandler(reg *prometheus.Registry, srv *mux.Server, draining *atomic.Bool) http.Handler {
 	m := http.NewServeMux()
 	m.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.HandleFunc(healthzPath, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
+	m.Handle(statusPath, statusHandler(srv, draining))
 	m.HandleFunc(readyzPath, func(w http.ResponseWriter, r *http.Request) {
 		if draining.Load() {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
