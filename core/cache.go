@@ -205,8 +205,14 @@ func isHexDigit(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
+// CacheMethods are the methods whose answers the cache may keep (see
+// cacheable), for the shell's metrics labels.
+var CacheMethods = []string{"eth_chainId", "net_version", "eth_getBlockByHash", "eth_getTransactionByHash",
+	"eth_getTransactionReceipt", "eth_getBlockReceipts", "eth_getLogs", "eth_getBlockByNumber"}
+
 // cacheable reports whether method's answers may be cached now: with the
-// cache on, and for blocks by number, a finalized block known.
+// cache on, and for blocks by number, a finalized block known. Keep it in
+// step with CacheMethods.
 func (c *Core) cacheable(method string) bool {
 	if c.cache.max <= 0 {
 		return false

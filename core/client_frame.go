@@ -157,21 +157,21 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	}
 	if m.Invalid != nil {
 		reason := strings.TrimPrefix(m.Invalid.Error(), router.ErrInvalid.Error()+": ")
-		return c.errorBytes(id, router.ErrorInvalidRequest.Because(reason))
+		return c.errorBytes("", id, router.ErrorInvalidRequest.Because(reason))
 	}
 	method, denied := c.method(frame, m, memo)
 	if denied {
 		if !m.HasID() {
 			return nil
 		}
-		return c.errorBytes(id, router.MethodDenied(method))
+		return c.errorBytes(method, id, router.MethodDenied(method))
 	}
 	if foreignSubscription(method) {
 		if !m.HasID() {
 			c.obs.Dropped(DropSubscribeNotification)
 			return nil
 		}
-		return c.errorBytes(id, errForeignSubscription(method))
+		return c.errorBytes(method, id, errForeignSubscription(method))
 	}
 	elem, idSpan := router.Element(frame, m)
 	if !m.HasID() {
@@ -180,11 +180,11 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	}
 	c.obs.Request(method)
 	if c.shut {
-		return c.errorBytes(id, c.shutErr)
+		return c.errorBytes(method, id, c.shutErr)
 	}
 	if cl.inflight >= c.cfg.MaxInFlight {
 		c.obs.Limit("in_flight")
-		return c.errorBytes(id, router.ErrorLimit.Because("too many requests in flight"))
+		return c.errorBytes(method, id, router.ErrorLimit.Because("too many requests in flight"))
 	}
 	// What a request costs to hold is its upstream frame (the element
 	// with a longer id, and the client's id after it). A client holding
@@ -192,7 +192,7 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	// message limit bounds that. An eth_unsubscribe always passes: it
 	// gives back what a subscription holds.
 	if method != methodUnsubscribe && c.overHeld(cl, len(elem)+len(id)+maxUpstreamIDLen) {
-		return c.errorBytes(id, errHeldBytes)
+		return c.errorBytes(method, id, errHeldBytes)
 	}
 	// Its upstream frame: the element with the client's id rewritten (or,
 	// for eth_subscribe, muxd's own frame with the same params, no
@@ -200,7 +200,7 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	// shared connection, failing everyone's calls in flight.
 	if lim := c.cfg.MaxUpstreamMessage; lim > 0 && len(elem)-idSpan.Len+maxUpstreamIDLen > lim {
 		c.obs.Limit("message_size")
-		return c.errorBytes(id, ErrMessageTooLarge)
+		return c.errorBytes(method, id, ErrMessageTooLarge)
 	}
 	p := router.Pending{
 		Client:   cl.id,
@@ -226,7 +226,7 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	// cache.
 	if p.Key = c.callKey(frame, m, method, up != nil); p.Key != "" {
 		if x, ok := c.cachedAnswer(method, p.Key); ok {
-			return c.fromCache(e, cl, x, id, b)
+			return c.fromCache(e, cl, method, x, id, b)
 		}
 	}
 	uid := c.reqs.Next()
@@ -245,7 +245,7 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	}
 	if !c.enqueue(e, cl, uid, p, now) {
 		c.obs.Limit("waiting")
-		return c.errorBytes(id, router.ErrorUnavailable.Because("too many requests waiting for the upstream"))
+		return c.errorBytes(method, id, router.ErrorUnavailable.Because("too many requests waiting for the upstream"))
 	}
 	return nil
 }
@@ -298,8 +298,8 @@ func (c *Core) enqueue(e *Effects, cl *client, uid uint64, p router.Pending, now
 // fromCache answers a request with id from the cache: a single request
 // gets the cached answer with its id for the shell to splice in (nil
 // returned), an element of batch b the spliced bytes.
-func (c *Core) fromCache(e *Effects, cl *client, x *cached, id []byte, b *router.Batch) []byte {
-	c.obs.Answered(0, 0)
+func (c *Core) fromCache(e *Effects, cl *client, method string, x *cached, id []byte, b *router.Batch) []byte {
+	c.obs.Answered(method, 0, OutcomeCache, 0)
 	if b != nil {
 		return router.AppendSpliced(make([]byte, 0, len(x.msg)-x.at.Len+len(id)), x.msg, x.at, id)
 	}
@@ -307,23 +307,36 @@ func (c *Core) fromCache(e *Effects, cl *client, x *cached, id []byte, b *router
 	return nil
 }
 
-// errorBytes builds one of muxd's own error responses and counts it.
-func (c *Core) errorBytes(id []byte, err router.RPCError) []byte {
-	c.obs.Answered(err.Code, -1)
+// errorBytes builds one of muxd's own error responses, to a request of
+// method ("" when unknown) answered at its arrival, and counts it.
+func (c *Core) errorBytes(method string, id []byte, err router.RPCError) []byte {
+	c.obs.Answered(method, err.Code, ownOutcome(err), -1)
 	return router.ErrorResponse(id, err)
 }
 
 // reply sends muxd's own error for a whole frame.
 func (c *Core) reply(e *Effects, cl *client, id []byte, err router.RPCError) {
-	e.deliver(cl, Delivery{Msg: c.errorBytes(id, err)})
+	e.deliver(cl, Delivery{Msg: c.errorBytes("", id, err)})
 }
 
 // answer hands the answer to a pending request to its client, through its
 // batch when it belongs to one. code is the JSON-RPC error code of the
 // answer, 0 for a result. d is the answer as a delivery; an answer that is
-// part of a batch must be owned bytes (d.Msg, no splice).
+// part of a batch must be owned bytes (d.Msg, no splice). It counts a
+// result or the node's error; muxd's own errors go through answerOwn.
 func (c *Core) answer(e *Effects, cl *client, p *router.Pending, d Delivery, code int, now time.Time) {
-	c.answered(p, code, now)
+	c.answerAs(e, cl, p, d, code, nodeOutcome(code), now)
+}
+
+// answerOwn answers a pending request with muxd's own error err (a
+// timeout, the connection lost, shutdown…).
+func (c *Core) answerOwn(e *Effects, cl *client, p *router.Pending, err router.RPCError, now time.Time) {
+	c.answerAs(e, cl, p, Delivery{Msg: router.ErrorResponse(p.ID, err)}, err.Code, ownOutcome(err), now)
+}
+
+// answerAs is answer with the outcome to count.
+func (c *Core) answerAs(e *Effects, cl *client, p *router.Pending, d Delivery, code int, o Outcome, now time.Time) {
+	c.answered(p, code, o, now)
 	if p.Batch != nil {
 		if p.Batch.Add(p.Slot, d.Msg) {
 			c.batchDone(e, cl, p.Batch)
@@ -333,13 +346,14 @@ func (c *Core) answer(e *Effects, cl *client, p *router.Pending, d Delivery, cod
 	e.deliver(cl, d)
 }
 
-// answered counts p's answer, with error code code, and its latency.
-func (c *Core) answered(p *router.Pending, code int, now time.Time) {
+// answered counts p's answer, with error code code and outcome o, and its
+// latency.
+func (c *Core) answered(p *router.Pending, code int, o Outcome, now time.Time) {
 	lat := time.Duration(-1)
 	if !p.Sent.IsZero() {
 		lat = now.Sub(p.Sent)
 	}
-	c.obs.Answered(code, lat)
+	c.obs.Answered(p.Method, code, o, lat)
 	// A transaction's answer, or muxd's timeout or loss for it (it may
 	// have run): what the client learns from it may be newer than any
 	// read in flight. A node's refusal changed nothing.

@@ -72,7 +72,7 @@ func (c *Core) answerAll(e *Effects, ps []router.Pending, err router.RPCError, n
 	for i := range ps {
 		p := &ps[i]
 		if cl := c.clients[p.Client]; cl != nil && p.Client != router.Internal {
-			c.answer(e, cl, p, Delivery{Msg: router.ErrorResponse(p.ID, err)}, err.Code, now)
+			c.answerOwn(e, cl, p, err, now)
 		}
 	}
 }
@@ -159,7 +159,7 @@ func (c *Core) Shutdown(e *Effects, err router.RPCError, now time.Time) int {
 	for i := range done {
 		p := &done[i]
 		if cl := c.clients[p.Client]; cl != nil && p.Client != router.Internal {
-			c.answer(e, cl, p, Delivery{Msg: router.ErrorResponse(p.ID, err)}, err.Code, now)
+			c.answerOwn(e, cl, p, err, now)
 			n++
 		}
 	}

@@ -18,7 +18,7 @@ func (c *Core) UpstreamConnected(e *Effects, gen uint64, now time.Time) {
 // connected makes gen the current connection (UpstreamConnected, without
 // resetting e).
 func (c *Core) connected(e *Effects, gen uint64, now time.Time) {
-	c.gen = gen
+	c.gen, c.since = gen, now
 	c.resubscribe(e, now)
 	resubscribed := len(e.Upstream)
 	waiting := c.waiting.take()
@@ -123,7 +123,7 @@ func (c *Core) lose(e *Effects, now time.Time, why string, keep func(id uint64, 
 	for i := range failed {
 		p := &failed[i]
 		if cl := c.settled(p); cl != nil {
-			c.answer(e, cl, p, Delivery{Msg: router.ErrorResponse(p.ID, lost)}, lost.Code, now)
+			c.answerOwn(e, cl, p, lost, now)
 		}
 	}
 	c.forgetConnection()

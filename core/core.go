@@ -3,6 +3,8 @@ package core
 import (
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/muxd/muxd/gapfill"
@@ -84,6 +86,7 @@ type Core struct {
 	// upstream ids come from its counter, which survives Discard.
 	reqs    *router.Requests
 	gen     uint64     // the current upstream connection; 0: none
+	since   time.Time  // when gen became current: what waited for it went upstream then
 	drain   drainState // the connection switched away from, while it owes answers
 	waiting waitQueue
 	subs    *subTable
@@ -323,6 +326,7 @@ type Stats struct {
 	CacheBytes       int // bytes the cache of answers holds
 	Waiting          int // requests waiting for an upstream, muxd's own included
 	Backfill         int // backfill requests in flight
+	Backfills        int // backfill jobs running (keys being filled)
 	InFlight         int // client requests owed an answer, subscribe waiters included
 	HeldBytes        int // bytes of client requests held
 	SubscribeWaiters int // client eth_subscribe awaiting the node's answer
@@ -338,6 +342,7 @@ func (c *Core) Stats() Stats {
 		Pending:    c.reqs.Len(),
 		Waiting:    c.waiting.live,
 		Backfill:   len(c.gapReqs),
+		Backfills:  c.gap.Jobs(),
 		Joined:     c.coal.joined(),
 		CacheBytes: c.cache.bytes,
 	}
@@ -351,4 +356,48 @@ func (c *Core) Stats() Stats {
 	s.UpstreamSubs, s.ClientSubs = c.subs.counts()
 	s.Orphaned = c.orphans.len()
 	return s
+}
+
+// SubscriptionStatus is one subscription key as Subscriptions reports it.
+type SubscriptionStatus struct {
+	Key       string // the key, cut to its first KeyStatusMax bytes
+	KeyBytes  int    // the key's whole length
+	State     string // idle, subscribing, resubscribing, live, failed, unsubscribing
+	Clients   int    // client subscriptions on it
+	Backfill  bool   // a backfill of it runs
+	Truncated bool   // Key was cut
+}
+
+// KeyStatusMax is how much of a subscription key Subscriptions gives: a
+// key is the client's params, of any length.
+const KeyStatusMax = 120
+
+// Subscriptions returns the subscription keys, at most limit of them
+// (limit <= 0: all), in key order, and how many there are. It walks the
+// table.
+func (c *Core) Subscriptions(limit int) ([]SubscriptionStatus, int) {
+	keys := make([]string, 0, len(c.subs.byKey))
+	for k := range c.subs.byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if limit > 0 && len(keys) > limit {
+		keys = keys[:limit]
+	}
+	out := make([]SubscriptionStatus, 0, len(keys))
+	for _, k := range keys {
+		sh := c.subs.byKey[k]
+		st := SubscriptionStatus{
+			Key:      k,
+			KeyBytes: len(k),
+			State:    sh.state.String(),
+			Clients:  len(sh.members),
+			Backfill: c.gap.Running(k),
+		}
+		if len(k) > KeyStatusMax {
+			st.Key, st.Truncated = strings.ToValidUTF8(k[:KeyStatusMax], ""), true
+		}
+		out = append(out, st)
+	}
+	return out, len(c.subs.byKey)
 }

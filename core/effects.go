@@ -122,45 +122,90 @@ const (
 	NumLimitedNotes
 )
 
+// Outcome is how a client's request was answered, for metrics.
+type Outcome uint8
+
+// The outcomes of Observer.Answered.
+const (
+	OutcomeResult      Outcome = iota // a result: the node's, or muxd's own (eth_unsubscribe, a subscription id)
+	OutcomeError                      // the node's error answer
+	OutcomeCache                      // answered from the cache
+	OutcomeTimeout                    // muxd's -32002 request timed out
+	OutcomeUnavailable                // muxd's -32002 upstream unavailable: none connected, connection lost, shutdown, too many waiting
+	OutcomeRefused                    // refused by muxd itself: parse error, invalid, denied, a limit
+	NumOutcomes
+)
+
+var outcomeNames = [NumOutcomes]string{"result", "error", "cache", "timeout", "unavailable", "refused"}
+
+// String is the outcome's metric label value.
+func (o Outcome) String() string {
+	if o < NumOutcomes {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// ownOutcome is the outcome of muxd's own error err.
+func ownOutcome(err router.RPCError) Outcome {
+	switch {
+	case err.Code == router.ErrorTimeout.Code && err.Message == router.ErrorTimeout.Message:
+		return OutcomeTimeout
+	case err.Code == router.CodeUnavailable:
+		return OutcomeUnavailable
+	}
+	return OutcomeRefused
+}
+
 // Observer counts what the core does: the shell's metrics. The core calls
 // it synchronously during an event; it must not block or call the core.
 type Observer interface {
-	Request(method string)                    // a client request with an id, by method
-	Answered(code int, latency time.Duration) // an answer queued for a client (code 0: a result); latency < 0: muxd's own answer
-	Limit(name string)                        // a request refused by a limit
-	Dropped(r DropReason)                     // an upstream (or client notification) message dropped
-	InFlight(delta int)                       // requests in flight or waiting, muxd's own included
-	Retried(n int)                            // requests carried to the next connection
-	Subscriptions(upstream, clients int)      // live upstream subscriptions and client subscriptions
-	Pushed(n int)                             // pushes queued for clients
-	Backfilled(kind string, n int)            // pushes delivered by a backfill, by subscription kind
-	BackfillGap(kind, reason string)          // a gap not closed
-	BackfillDuration(d time.Duration)         // one backfill job, from gap found to delivered
-	Coalesced(method string)                  // a request that joined an identical call in flight
-	CacheHit(method string)                   // a request answered from the cache
-	CacheMiss(method string)                  // a cacheable request the cache did not hold
-	CacheEvicted(method string)               // an entry evicted (bound, reorg, connection lost), by method
-	CacheBytes(n int)                         // bytes the cache holds now
-	Orphaned(n int)                           // calls of departed clients still running at the node, now
+	Request(method string) // a client request with an id, by method
+	// Answered is an answer queued for a client: the request's method
+	// ("" when muxd could not read one), the answer's JSON-RPC error code
+	// (0: a result), how it was answered, and the time from the request's
+	// arrival (latency < 0: muxd's own answer at arrival).
+	Answered(method string, code int, o Outcome, latency time.Duration)
+	// RoundTrip is the time connection gen took to answer one single
+	// request (not a batch's array), from its being sent upstream: a
+	// client's call (the one sent, not the calls that joined it) or one
+	// of muxd's own.
+	RoundTrip(gen uint64, d time.Duration)
+	Limit(name string)                   // a request refused by a limit
+	Dropped(r DropReason)                // an upstream (or client notification) message dropped
+	InFlight(delta int)                  // requests in flight or waiting, muxd's own included
+	Retried(n int)                       // requests carried to the next connection
+	Subscriptions(upstream, clients int) // live upstream subscriptions and client subscriptions
+	Pushed(n int)                        // pushes queued for clients
+	Backfilled(kind string, n int)       // pushes delivered by a backfill, by subscription kind
+	BackfillGap(kind, reason string)     // a gap not closed
+	BackfillDuration(d time.Duration)    // one backfill job, from gap found to delivered
+	Coalesced(method string)             // a request that joined an identical call in flight
+	CacheHit(method string)              // a request answered from the cache
+	CacheMiss(method string)             // a cacheable request the cache did not hold
+	CacheEvicted(method string)          // an entry evicted (bound, reorg, connection lost), by method
+	CacheBytes(n int)                    // bytes the cache holds now
+	Orphaned(n int)                      // calls of departed clients still running at the node, now
 }
 
 // nopObserver counts nothing.
 type nopObserver struct{}
 
-func (nopObserver) Request(string)                 {}
-func (nopObserver) Answered(int, time.Duration)    {}
-func (nopObserver) Limit(string)                   {}
-func (nopObserver) Dropped(DropReason)             {}
-func (nopObserver) InFlight(int)                   {}
-func (nopObserver) Retried(int)                    {}
-func (nopObserver) Subscriptions(int, int)         {}
-func (nopObserver) Pushed(int)                     {}
-func (nopObserver) Backfilled(string, int)         {}
-func (nopObserver) BackfillGap(string, string)     {}
-func (nopObserver) BackfillDuration(time.Duration) {}
-func (nopObserver) Coalesced(string)               {}
-func (nopObserver) CacheHit(string)                {}
-func (nopObserver) CacheMiss(string)               {}
-func (nopObserver) CacheEvicted(string)            {}
-func (nopObserver) CacheBytes(int)                 {}
-func (nopObserver) Orphaned(int)                   {}
+func (nopObserver) Request(string)                               {}
+func (nopObserver) Answered(string, int, Outcome, time.Duration) {}
+func (nopObserver) RoundTrip(uint64, time.Duration)              {}
+func (nopObserver) Limit(string)                                 {}
+func (nopObserver) Dropped(DropReason)                           {}
+func (nopObserver) InFlight(int)                                 {}
+func (nopObserver) Retried(int)                                  {}
+func (nopObserver) Subscriptions(int, int)                       {}
+func (nopObserver) Pushed(int)                                   {}
+func (nopObserver) Backfilled(string, int)                       {}
+func (nopObserver) BackfillGap(string, string)                   {}
+func (nopObserver) BackfillDuration(time.Duration)               {}
+func (nopObserver) Coalesced(string)                             {}
+func (nopObserver) CacheHit(string)                              {}
+func (nopObserver) CacheMiss(string)                             {}
+func (nopObserver) CacheEvicted(string)                          {}
+func (nopObserver) CacheBytes(int)                               {}
+func (nopObserver) Orphaned(int)                                 {}

@@ -58,12 +58,17 @@ type recorder struct {
 func newRecorder() *recorder { return &recorder{counts: map[string]int{}} }
 
 func (r *recorder) Request(method string) { r.counts["request "+method]++ }
-func (r *recorder) Answered(code int, latency time.Duration) {
+func (r *recorder) Answered(method string, code int, o Outcome, latency time.Duration) {
 	who := "upstream"
 	if latency < 0 {
 		who = "muxd"
 	}
 	r.counts["answered "+strconv.Itoa(code)+" "+who]++
+	r.counts["outcome "+method+" "+o.String()]++
+}
+func (r *recorder) RoundTrip(gen uint64, d time.Duration) {
+	r.counts["round trip "+strconv.FormatUint(gen, 10)]++
+	r.counts["round trip ms"] += int(d / time.Millisecond)
 }
 func (r *recorder) Limit(name string)             { r.counts["limit "+name]++ }
 func (r *recorder) Dropped(d DropReason)          { r.counts["dropped "+d.String()]++ }

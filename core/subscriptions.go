@@ -19,19 +19,19 @@ var invalidParams = router.RPCError{Code: -32602, Message: "invalid params", Rea
 // subscribe handles a client's eth_subscribe.
 func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message, p router.Pending) []byte {
 	if cl.http {
-		return c.errorBytes(p.ID, router.ErrorNoNotifications)
+		return c.errorBytes(p.Method, p.ID, router.ErrorNoNotifications)
 	}
 	if !m.Params.Present() {
-		return c.errorBytes(p.ID, invalidParams)
+		return c.errorBytes(p.Method, p.ID, invalidParams)
 	}
 	params := m.Params.In(frame)
 	key, err := router.SubscriptionKey(params)
 	if err != nil {
-		return c.errorBytes(p.ID, invalidParams)
+		return c.errorBytes(p.Method, p.ID, invalidParams)
 	}
 	if len(cl.subs) >= c.cfg.MaxSubscriptions {
 		c.obs.Limit("subscriptions")
-		return c.errorBytes(p.ID, router.ErrorLimit.Because("too many subscriptions"))
+		return c.errorBytes(p.Method, p.ID, router.ErrorLimit.Because("too many subscriptions"))
 	}
 	// A subscription holds its params for as long as it lives: they count
 	// against max_held_bytes like a request's frame, so that a client
@@ -39,7 +39,7 @@ func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message
 	// requests (the first thing a client holds always passes).
 	size := len(key) + len(params)
 	if c.overHeld(cl, size) {
-		return c.errorBytes(p.ID, errHeldBytes)
+		return c.errorBytes(p.Method, p.ID, errHeldBytes)
 	}
 	subID := c.cfg.NewSubscriptionID()
 	mem := c.subs.attach(key, append([]byte(nil), params...), cl, subID)
@@ -127,7 +127,7 @@ func (c *Core) subscriptionIDInUse(e *Effects, key string, uid uint64, now time.
 	e.noteLimited(LimitedSubscriptionIDInUse, "upstream gave a new subscription the id of another live one: refused", "key", logKey(key), "key_bytes", len(key), "waiters", len(waiters))
 	for _, mem := range waiters {
 		c.dropSub(mem.cl, mem)
-		c.answer(e, mem.cl, mem.req, Delivery{Msg: c.errorBytes(mem.req.ID, errSubscriptionIDInUse)}, router.CodeUnavailable, now)
+		c.answerOwn(e, mem.cl, mem.req, errSubscriptionIDInUse, now)
 		c.ended(mem.cl, 0)
 	}
 	c.subGauges()
@@ -211,11 +211,11 @@ func rebase(sp router.Span, start int) router.Span {
 // subscriptions, and the upstream one only with its key's last member.
 func (c *Core) unsubscribe(e *Effects, cl *client, frame []byte, m *router.Message, p router.Pending) []byte {
 	if cl.http {
-		return c.errorBytes(p.ID, router.ErrorNoNotifications)
+		return c.errorBytes(p.Method, p.ID, router.ErrorNoNotifications)
 	}
 	var args []string
 	if !m.Params.Present() || json.Unmarshal(m.Params.In(frame), &args) != nil || len(args) != 1 {
-		return c.errorBytes(p.ID, router.RPCError{Code: -32602, Message: "invalid params", Reason: "eth_unsubscribe takes one subscription id"})
+		return c.errorBytes(p.Method, p.ID, router.RPCError{Code: -32602, Message: "invalid params", Reason: "eth_unsubscribe takes one subscription id"})
 	}
 	// muxd's ids are lowercase hex; a client that upper-cased one still
 	// means it.
@@ -228,7 +228,7 @@ func (c *Core) unsubscribe(e *Effects, cl *client, frame []byte, m *router.Messa
 		c.detach(e, cl, string(subID), p.Sent)
 		result = "true"
 	}
-	c.obs.Answered(0, -1)
+	c.obs.Answered(p.Method, 0, OutcomeResult, -1)
 	return router.AppendResultResponse(nil, p.ID, []byte(result))
 }
 

@@ -134,7 +134,7 @@ func (c *Core) failDrain(e *Effects, now time.Time) {
 		}
 		failed++
 		if cl := c.settled(&p); cl != nil {
-			c.answer(e, cl, &p, Delivery{Msg: router.ErrorResponse(p.ID, lost)}, lost.Code, now)
+			c.answerOwn(e, cl, &p, lost, now)
 		}
 	}
 	e.note("drained upstream lost", "gen", c.drain.gen, "failed", failed)

@@ -100,6 +100,9 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 		return
 	}
 	if k := c.coal.answered(uid); k != nil {
+		if p, ok := c.reqs.Peek(uid); ok {
+			c.roundTrip(gen, p, now) // the call sent, not those that joined it
+		}
 		c.learn(k.method, k.key, frame, m)
 		c.callAnswered(e, k, frame, m, lendable, now)
 		return
@@ -119,6 +122,8 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 	}
 	if p.Up != nil {
 		c.arrayAnswered(e, uid, &p, frame, m, arrayOfOne, now)
+	} else {
+		c.roundTrip(gen, &p, now)
 	}
 	cl := c.settled(&p)
 	switch p.Kind {
@@ -268,7 +273,8 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 		}
 		held += len(p.Frame)
 		c.learn(p.Method, p.Key, frame, m)
-		c.answered(p, responseCode(frame, m), now)
+		code := responseCode(frame, m)
+		c.answered(p, code, nodeOutcome(code), now)
 		out = router.AppendSpliced(out, elem, idSpan, p.ID)
 	}
 	c.reqs.TakeGroup(uids[0])
@@ -317,4 +323,27 @@ func responseCode(frame []byte, m *router.Message) int {
 		return -1
 	}
 	return code
+}
+
+// nodeOutcome is the outcome of a node's answer with error code code.
+func nodeOutcome(code int) Outcome {
+	if code != 0 {
+		return OutcomeError
+	}
+	return OutcomeResult
+}
+
+// roundTrip counts how long connection gen took to answer p, a single
+// request, from when it went upstream: its arrival, or the moment gen
+// became current for one that waited for a connection or was sent again on
+// this one.
+func (c *Core) roundTrip(gen uint64, p *router.Pending, now time.Time) {
+	if p.Sent.IsZero() {
+		return
+	}
+	sent := p.Sent
+	if gen == c.gen && c.since.After(sent) {
+		sent = c.since
+	}
+	c.obs.RoundTrip(gen, now.Sub(sent))
 }

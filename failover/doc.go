@@ -11,6 +11,7 @@
 //     connection: the chain id and head of any earlier one are forgotten.
 //   - ChainID(i, id): i answered eth_chainId.
 //   - Head(i, n): i pushed a newHeads head numbered n.
+//   - HeadsUnknown(i): i's connection will push no heads.
 //   - Lost(i): i's connection is gone, or the shell is draining it.
 //   - Decide: returns a Switch when the active upstream must change. The
 //     caller makes Switch.To active (To is -1 when the active was lost and
@@ -33,8 +34,13 @@
 //     and has had since Config.LagGrace ago (evaluations track when it
 //     fell behind; catching up resets it).
 //   - healthy(i): eligible, not stalled and not lagging. With a single
-//     upstream heads do not count: healthy is connected, so it is active
-//     (and /readyz ready) whenever it is connected, as before #14.
+//     upstream there is no chain id to compare and no other head to lag
+//     behind: healthy is connected and not stalled. It is active whenever
+//     it is connected, healthy or not (better a slow node than none);
+//     /readyz follows healthy. HeadsUnknown(i) says a connection will show
+//     no heads (the node refused the shell's newHeads subscription): a
+//     single upstream is then healthy while connected; one of several
+//     stalls as any upstream without heads does.
 //   - healthySince(i): when i was last seen becoming healthy. Health is
 //     evaluated at every event (just before applying it, at the event's
 //     time, and just after) and at every Decide, and any evaluation that

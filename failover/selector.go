@@ -91,6 +91,15 @@ type Status struct {
 	HasHead   bool   // it pushed a head on this connection (or, disconnected, on the last)
 	Head      uint64 // that head's number
 	Why       string // "" when healthy, else one of the Why constants
+	// HeadAt is when that head came (zero: none); ConnectedAt when the
+	// connection came (zero: never connected).
+	HeadAt, ConnectedAt time.Time
+	// Best is the highest head of the eligible upstreams (0: none).
+	// BehindSince is when a head above this upstream's was first seen
+	// (by any upstream), zero while it is at Best or has no head: how
+	// long it has been behind.
+	Best        uint64
+	BehindSince time.Time
 }
 
 type chainState uint8
@@ -117,13 +126,28 @@ type upstream struct {
 	// behindSince is when it last fell more than MaxHeadLag behind the
 	// best head (zero while it is not), for Config.LagGrace.
 	behindSince time.Time
+	// headless is set when this connection cannot show its head (the node
+	// refused muxd's newHeads subscription): see HeadsUnknown.
+	headless bool
 }
+
+// seenHead is a best head and when it was first seen.
+type seenHead struct {
+	n  uint64
+	at time.Time
+}
+
+// maxSeen bounds the best heads remembered for Status.BehindSince: an
+// upstream further behind is behind since at least the oldest of them.
+const maxSeen = 256
 
 // Selector decides which upstream is active. Make one with New.
 type Selector struct {
 	cfg Config
 	ups []upstream
-	ref string // the reference chain id, normalized; "" until reported
+	// seen are the best heads lately, ascending, each when first seen.
+	seen []seenHead
+	ref  string // the reference chain id, normalized; "" until reported
 	// active is the active upstream's index, -1 none; lostActive: it is
 	// -1 because the last active was lost.
 	active     int
@@ -243,6 +267,40 @@ func (s *Selector) Head(i int, number uint64, now time.Time) {
 	}
 	s.observe(now)
 	u.hasHead, u.head, u.headAt = true, number, now
+	if s.eligible(u) && (len(s.seen) == 0 || number > s.seen[len(s.seen)-1].n) {
+		if len(s.seen) == maxSeen {
+			s.seen = append(s.seen[:0], s.seen[1:]...)
+		}
+		s.seen = append(s.seen, seenHead{number, now})
+	}
+	s.observe(now)
+}
+
+// behindSince is when the first head above n was seen, zero when none
+// above n is known to be best.
+func (s *Selector) behindSince(n, best uint64) time.Time {
+	if best <= n || len(s.seen) == 0 {
+		return time.Time{}
+	}
+	for _, h := range s.seen {
+		if h.n > n {
+			return h.at
+		}
+	}
+	return time.Time{}
+}
+
+// HeadsUnknown reports that upstream i's connection will show no heads
+// (the node refused muxd's newHeads subscription). With a single upstream
+// it is then healthy while connected, as no head can say otherwise; with
+// several it is stalled once HeadTimeout has passed, as before.
+func (s *Selector) HeadsUnknown(i int, now time.Time) {
+	u := s.get(i)
+	if u == nil || !u.connected {
+		return
+	}
+	s.observe(now)
+	u.headless = true
 	s.observe(now)
 }
 
@@ -396,11 +454,15 @@ func (s *Selector) best() (uint64, bool) {
 // why returns why u is not healthy at now ("" when it is), given the best
 // head.
 func (s *Selector) why(u *upstream, now time.Time, best uint64) string {
+	single := len(s.ups) == 1
 	switch {
 	case !u.connected:
 		return WhyDisconnected
-	case len(s.ups) == 1:
+	case single && u.headless:
 		return ""
+	case single:
+		// No chain id to compare and no other head to lag behind: only
+		// a head within HeadTimeout counts.
 	case u.chain == chainUnknown:
 		return WhyChainUnknown
 	case u.chain == chainMismatch:
@@ -456,15 +518,24 @@ func (s *Selector) Status(i int, now time.Time) Status {
 	}
 	best, _ := s.best()
 	w := s.why(u, now, best)
-	return Status{
-		Connected: u.connected,
-		ChainOK:   u.connected && u.chain == chainOK,
-		Healthy:   w == "",
-		Active:    i == s.active,
-		HasHead:   u.hasHead,
-		Head:      u.head,
-		Why:       w,
+	st := Status{
+		Connected:   u.connected,
+		ChainOK:     u.connected && u.chain == chainOK,
+		Healthy:     w == "",
+		Active:      i == s.active,
+		HasHead:     u.hasHead,
+		Head:        u.head,
+		Why:         w,
+		ConnectedAt: u.connectedAt,
+		Best:        best,
 	}
+	if u.hasHead {
+		st.HeadAt = u.headAt
+		if u.connected {
+			st.BehindSince = s.behindSince(u.head, best)
+		}
+	}
+	return st
 }
 
 // AnyHealthy reports whether any upstream is healthy at now (/readyz). It

@@ -18,7 +18,8 @@ func at(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
 // events separated by ";", then one Decide.
 //
 // Events: "conn I", "chain I ID" (ChainID must return true) or
-// "chain I ID rejected" (false), "head I N", "lost I", "tick" (nothing).
+// "chain I ID rejected" (false), "head I N", "headless I" (HeadsUnknown),
+// "lost I", "tick" (nothing).
 type step struct {
 	at  int
 	do  string
@@ -102,6 +103,8 @@ func apply(t *testing.T, s *Selector, f []string, now time.Time, n int) {
 		s.Connected(i, now)
 	case "lost":
 		s.Lost(i, now)
+	case "headless":
+		s.HeadsUnknown(i, now)
 	case "head":
 		h, err := strconv.ParseUint(f[2], 10, 64)
 		if err != nil {
@@ -289,14 +292,35 @@ func TestScripts(t *testing.T) {
 			{1, up(0) + "; head 0 10", "", "ok,ok"},
 			{1000, "head 0 11; head 1 11", "", "ok,ok"},
 		}},
-		{"single upstream: no chain id needed, heads ignored", one, []step{
+		{"single upstream: no chain id needed", one, []step{
 			{0, "conn 0", "-1>0 first", "ok"},
 			{1, "head 0 5", "", "ok"},
-			{100, "tick", "", "ok"}, // no head for 99 s
-			{101, "chain 0 0x1", "", "ok"},
+			{101, "chain 0 0x1", "", "stalled"}, // no head for 100 s
 			{102, "lost 0", "0>-1 lost", "disconnected"},
 			{103, "conn 0; chain 0 0x2 rejected", "-1>0 lost", "ok"}, // mismatch ignored
 			{104, "lost 0; conn 0", "", "ok"},                        // drop and back between two Decides
+		}},
+		{"single upstream: stalled without a head for HeadTimeout, and active all the same", one, []step{
+			{0, "conn 0", "-1>0 first", "ok"},
+			{10, "tick", "", "ok"}, // a new connection has HeadTimeout for its first head
+			{11, "tick", "", "stalled"},
+			{12, "head 0 5", "", "ok"},
+			{22, "tick", "", "ok"},
+			{23, "tick", "", "stalled"},
+			{24, "head 0 5", "", "ok"}, // the same number again is a head all the same
+			{100, "lost 0; conn 0", "", "ok"},
+		}},
+		{"single upstream that shows no heads: healthy while connected", one, []step{
+			{0, "conn 0; headless 0", "-1>0 first", "ok"},
+			{100, "tick", "", "ok"},
+			{101, "lost 0", "0>-1 lost", "disconnected"},
+			{102, "conn 0", "-1>0 lost", "ok"}, // a new connection is watched again
+			{113, "tick", "", "stalled"},
+		}},
+		{"several upstreams: one that shows no heads stalls", two, []step{
+			{0, up(0, 1) + "; headless 0", "-1>0 first", "ok,ok"},
+			{5, "head 1 3", "", "ok,ok"},
+			{11, "tick", "0>1 stalled", "stalled,ok"},
 		}},
 		{"lost with nothing eligible: To -1, then the first connected", two, []step{
 			{0, up(0, 1), "-1>0 first", "ok,ok"},
@@ -333,17 +357,17 @@ func TestStatus(t *testing.T) {
 	}
 	check(0, Status{Why: WhyDisconnected})
 	s.Connected(0, at(0))
-	check(0, Status{Connected: true, Why: WhyChainUnknown})
+	check(0, Status{Connected: true, Why: WhyChainUnknown, ConnectedAt: at(0)})
 	s.Head(0, 7, at(0)) // before the chain id: kept, but counts for nothing
 	s.ChainID(0, "0x1", at(0))
 	s.Decide(at(0))
-	check(0, Status{Connected: true, ChainOK: true, Healthy: true, Active: true, HasHead: true, Head: 7})
+	check(0, Status{Connected: true, ChainOK: true, Healthy: true, Active: true, HasHead: true, Head: 7, HeadAt: at(0), ConnectedAt: at(0), Best: 7})
 	s.Lost(0, at(0))
-	check(0, Status{HasHead: true, Head: 7, Active: true, Why: WhyDisconnected}) // not decided yet
+	check(0, Status{HasHead: true, Head: 7, Active: true, Why: WhyDisconnected, HeadAt: at(0), ConnectedAt: at(0)}) // not decided yet
 	s.Decide(at(0))
-	check(0, Status{HasHead: true, Head: 7, Why: WhyDisconnected})
+	check(0, Status{HasHead: true, Head: 7, Why: WhyDisconnected, HeadAt: at(0), ConnectedAt: at(0)})
 	s.Connected(0, at(0))
-	check(0, Status{Connected: true, Why: WhyChainUnknown})
+	check(0, Status{Connected: true, Why: WhyChainUnknown, ConnectedAt: at(0)})
 	for _, i := range []int{-1, 2} {
 		check(i, Status{Why: WhyDisconnected})
 	}
@@ -646,5 +670,60 @@ func TestLagGrace(t *testing.T) {
 	}
 	if sw, ok := s.Decide(at(2050)); !ok || sw.To != 1 || sw.Reason != ReasonLagging {
 		t.Fatalf("after the grace: Decide = %v %v, want to 1, lagging", sw, ok)
+	}
+}
+
+// TestStatusLag: Status tells how far an upstream is behind the best head,
+// in blocks and since when: the first head above its own was seen.
+func TestStatusLag(t *testing.T) {
+	two := Config{Upstreams: 2, MaxHeadLag: 2, HeadTimeout: time.Minute}
+	tests := []struct {
+		name   string
+		script []step // events only: Decide's result is not checked here
+		at     int
+		i      int
+		// want: head, best, behind since (seconds from t0; -1: not
+		// behind), head age (seconds; -1: no head)
+		head, best     uint64
+		behind, headAt int
+	}{
+		{"level", []step{{0, up(0, 1), "", ""}, {1, "head 0 10; head 1 10", "", ""}}, 5, 1, 10, 10, -1, 1},
+		{"two behind since the first head above", []step{
+			{0, up(0, 1), "", ""}, {1, "head 0 10; head 1 10", "", ""}, {2, "head 0 11", "", ""}, {3, "head 0 12", "", ""},
+		}, 5, 1, 10, 12, 2, 1},
+		{"caught up one: behind since the next", []step{
+			{0, up(0, 1), "", ""}, {1, "head 0 10; head 1 10", "", ""}, {2, "head 0 11", "", ""}, {3, "head 0 12", "", ""}, {6, "head 1 11", "", ""},
+		}, 7, 1, 11, 12, 3, 6},
+		{"a jump counts from when it was seen", []step{
+			{0, up(0, 1), "", ""}, {1, "head 0 10; head 1 10", "", ""}, {4, "head 0 15", "", ""},
+		}, 9, 1, 10, 15, 4, 1},
+		{"no head yet", []step{{0, up(0, 1), "", ""}, {1, "head 0 10", "", ""}}, 3, 1, 0, 10, -1, -1},
+		{"another chain's heads are not best", []step{
+			{0, up(0) + "; conn 1; chain 1 0x2 rejected", "", ""}, {1, "head 0 10; head 1 50", "", ""},
+		}, 3, 0, 10, 10, -1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(two)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for n, st := range tt.script {
+				for ev := range strings.SplitSeq(st.do, ";") {
+					apply(t, s, strings.Fields(ev), at(st.at), n)
+				}
+				s.Decide(at(st.at))
+			}
+			st := s.Status(tt.i, at(tt.at))
+			if st.Head != tt.head || st.Best != tt.best {
+				t.Errorf("head %d best %d, want %d %d", st.Head, st.Best, tt.head, tt.best)
+			}
+			if want := at(tt.behind); tt.behind < 0 && !st.BehindSince.IsZero() || tt.behind >= 0 && !st.BehindSince.Equal(want) {
+				t.Errorf("BehindSince %v, want t0+%ds (-1: zero)", st.BehindSince.Sub(t0), tt.behind)
+			}
+			if want := at(tt.headAt); tt.headAt < 0 && !st.HeadAt.IsZero() || tt.headAt >= 0 && !st.HeadAt.Equal(want) {
+				t.Errorf("HeadAt %v, want t0+%ds (-1: zero)", st.HeadAt.Sub(t0), tt.headAt)
+			}
+		})
 	}
 }

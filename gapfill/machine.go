@@ -164,6 +164,23 @@ func New(cfg Config) *Machine {
 // Enabled reports whether backfill is on (Config.Blocks > 0).
 func (m *Machine) Enabled() bool { return m.cfg.Blocks > 0 }
 
+// Running reports whether key has a backfill job running.
+func (m *Machine) Running(key string) bool {
+	k := m.keys[key]
+	return k != nil && k.job != nil
+}
+
+// Jobs returns how many backfill jobs are running. It walks the keys.
+func (m *Machine) Jobs() int {
+	n := 0
+	for _, k := range m.keys {
+		if k.job != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // keyState is what the machine knows of one subscription key.
 type keyState struct {
 	key    string

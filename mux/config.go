@@ -197,6 +197,11 @@ type Config struct {
 	// (cache_bytes). 0 means DefaultCacheBytes; negative turns the cache
 	// off.
 	CacheBytes int
+
+	// noHealthHeads leaves a single upstream without muxd's newHeads
+	// health subscription, for tests that count exactly what the node
+	// receives; readiness then cannot see heads.
+	noHealthHeads bool
 }
 
 // Upstream is one node muxd may use.

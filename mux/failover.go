@@ -2,6 +2,7 @@ package mux
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -20,11 +21,12 @@ import (
 // what the connections show; the core moves the traffic (UpstreamSwitch,
 // or UpstreamLost then UpstreamConnected when the active one is gone).
 //
-// With more than one upstream each connection also carries muxd's health
-// requests, under ids of their own that the core never sees: eth_chainId
-// once, and one newHeads subscription whose pushes tell the head. With one
-// upstream there are none, and that upstream is active whenever it is
-// connected, as muxd has always behaved.
+// Every connection also carries muxd's health requests, under ids of their
+// own that the core never sees: one newHeads subscription whose pushes
+// tell the head (readiness and head lag need it whether or not a client
+// subscribes), and, with more than one upstream, eth_chainId once. With one
+// upstream that upstream is active whenever it is connected; its heads
+// decide only whether it is healthy (/readyz).
 
 // upstreamNode is one configured upstream.
 type upstreamNode struct {
@@ -299,18 +301,26 @@ func (s *Server) hurryDialsLocked() {
 	}
 }
 
-// healthStart sends a new connection's health requests.
+// healthStart sends a new connection's health requests: the chain id
+// check only where there are upstreams to compare.
 func (s *Server) healthStart(u *upstreamConn) {
-	if s.multi() {
+	switch {
+	case s.multi():
 		u.sendNoWait([]byte(healthChainIDReq), []byte(healthHeadsReq))
+	case s.watchesHeads():
+		u.sendNoWait([]byte(healthHeadsReq))
 	}
 }
+
+// watchesHeads reports whether connections carry muxd's newHeads health
+// subscription: always, but in tests that turn it off for one upstream.
+func (s *Server) watchesHeads() bool { return s.multi() || !s.cfg.noHealthHeads }
 
 // health takes the message m of frame if it is one of u's health
 // messages (an answer to a health request, or a push of its newHeads
 // subscription), and reports whether it was. Only u's reader calls it.
 func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
-	if !s.multi() {
+	if !s.watchesHeads() {
 		return false
 	}
 	if m.HasID() {
@@ -322,6 +332,12 @@ func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
 				u.healthSub = string(m.Result.In(frame))
 			} else {
 				s.log.Warn("upstream refused muxd's newHeads subscription: its head is unknown", "upstream", u.node.label)
+				now := time.Now()
+				s.decide(now, func() {
+					if u.node.conn == u {
+						s.sel.HeadsUnknown(u.node.index, now)
+					}
+				})
 			}
 		default:
 			return false
@@ -373,15 +389,31 @@ func (s *Server) healthLoop(ctx context.Context) {
 	every(ctx, healthTick, func(now time.Time) { s.decide(now, nil) })
 }
 
-// Ready reports whether muxd can serve: an upstream is active and, with
-// several, at least one is healthy.
+// Ready reports whether muxd can serve: an upstream is active and at
+// least one is healthy (with one upstream: it has pushed a head within
+// head_timeout).
 func (s *Server) Ready() bool {
+	ok, _ := s.Readiness()
+	return ok
+}
+
+// Readiness is Ready with the reason when not ready.
+func (s *Server) Readiness() (bool, string) { return s.readyAt(time.Now()) }
+
+// readyAt is Readiness at now.
+func (s *Server) readyAt(now time.Time) (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.up == nil {
-		return false
+	switch {
+	case s.up == nil:
+		return false, "no upstream connected"
+	case !s.sel.AnyHealthy(now):
+		if s.multi() {
+			return false, "no upstream healthy"
+		}
+		return false, fmt.Sprintf("no new head for head_timeout (%v)", s.cfg.HeadTimeout)
 	}
-	return !s.multi() || s.sel.AnyHealthy(time.Now())
+	return true, ""
 }
 
 // nodeGauges are the per-upstream series, read off the selector when
@@ -397,7 +429,7 @@ func (s *Server) nodeGauges() []prometheus.Collector {
 			func(st failover.Status) float64 { return b2f(st.Healthy) }},
 		{"muxd_upstream_node_active", "1 for the upstream that carries client traffic.",
 			func(st failover.Status) float64 { return b2f(st.Active) }},
-		{"muxd_upstream_node_head", "The latest head this upstream pushed (0: none yet; only with several upstreams).",
+		{"muxd_upstream_node_head", "The latest head this upstream pushed (0: none yet).",
 			func(st failover.Status) float64 { return float64(st.Head) }},
 	}
 	var cs []prometheus.Collector

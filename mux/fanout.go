@@ -2,6 +2,7 @@ package mux
 
 import (
 	"sync"
+	"time"
 
 	"github.com/muxd/muxd/core"
 )
@@ -26,6 +27,9 @@ type fanoutJob struct {
 	eff *core.Effects
 	up  *upstreamConn
 	buf []byte
+	// pushRead is when the push it fans out was read (zero: not a push),
+	// for muxd_push_delivery_lag_seconds.
+	pushRead time.Time
 }
 
 // fanouts is the hand-off from the upstream reader to the fan-out
@@ -46,6 +50,7 @@ func (s *Server) startFanout() (stop func()) {
 			if !s.apply(j.eff, j.up, j.buf) {
 				s.frames.put(j.buf)
 			}
+			s.pushDelivered(j.pushRead)
 			j.eff.Reset() // let go of what it referenced
 			s.fanout.spare.Put(j.eff)
 		}
@@ -59,7 +64,7 @@ func (s *Server) startFanout() (stop func()) {
 // handOff gives the reader's effects, when they hold many deliveries, to
 // the fan-out goroutine, with buf, and gives the reader a fresh Effects.
 // It reports whether it did; the reader then no longer owns buf.
-func (s *Server) handOff(u, cur *upstreamConn, buf []byte) bool {
+func (s *Server) handOff(u, cur *upstreamConn, buf []byte, pushRead time.Time) bool {
 	if len(u.eff.Deliveries) <= fanoutHandoff || s.fanout.jobs == nil {
 		return false
 	}
@@ -67,7 +72,7 @@ func (s *Server) handOff(u, cur *upstreamConn, buf []byte) bool {
 	if next == nil {
 		next = new(core.Effects)
 	}
-	s.fanout.jobs <- fanoutJob{u.eff, cur, buf}
+	s.fanout.jobs <- fanoutJob{u.eff, cur, buf, pushRead}
 	u.eff = next
 	return true
 }

@@ -113,6 +113,9 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		RequestTimeout: 10 * time.Second,
 		PingInterval:   -1,
 		Logger:         logger,
+		// The tests count what the node receives; TestReadiness* turn
+		// muxd's own newHeads subscription back on.
+		noHealthHeads: true,
 	}
 	if o.cfg != nil {
 		o.cfg(&cfg)

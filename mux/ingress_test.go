@@ -56,6 +56,7 @@ func ingServer(t *testing.T, up *testnode.Node, reg prometheus.Registerer, mod f
 		Logger:     slog.New(slog.DiscardHandler),
 		Registerer: reg,
 	}
+	mux.WithoutHealthHeads(&cfg) // the tests count what the node receives
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -64,6 +64,8 @@ type Metrics struct {
 	OrphanedCalls      prometheus.Gauge       // muxd_orphaned_calls
 	backfilled         *prometheus.CounterVec
 
+	ops *opsMetrics // the series of metrics_ops.go
+
 	dropped            [numDropReasons]prometheus.Counter
 	responseOK         prometheus.Counter
 	requestsByMethod   map[string]prometheus.Counter // known methods and "other", resolved once
@@ -173,6 +175,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	for r := DropReason(0); r < numDropReasons; r++ {
 		m.dropped[r] = m.Dropped.WithLabelValues(r.String())
 	}
+	m.ops = newOpsMetrics()
 	m.responseOK = m.Responses.WithLabelValues("ok")
 	m.requestsByMethod = map[string]prometheus.Counter{"other": m.Requests.WithLabelValues("other")}
 	for name := range core.KnownMethods {
@@ -242,14 +245,19 @@ func counterValue(c prometheus.Metric) float64 {
 // observer counts what the routing core does (core.Observer) in the
 // Metrics. The core calls it with the server's lock held: every method is
 // an atomic update of a series resolved in advance, or one label lookup.
-type observer struct{ m *Metrics }
+// s is the server, for what names an upstream (RoundTrip).
+type observer struct {
+	m *Metrics
+	s *Server
+}
 
 func (o observer) Request(method string) { o.m.request(method) }
-func (o observer) Answered(code int, latency time.Duration) {
+func (o observer) Answered(method string, code int, out core.Outcome, latency time.Duration) {
 	o.m.response(code)
 	if latency >= 0 {
 		o.m.Latency.Observe(latency.Seconds())
 	}
+	o.m.ops.answered(method, out, latency)
 }
 func (o observer) Limit(name string)                { o.m.limit(name) }
 func (o observer) Dropped(r core.DropReason)        { o.m.drop(r) }

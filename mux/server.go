@@ -119,7 +119,7 @@ func New(cfg Config) (*Server, error) {
 		CacheBytes:         max(cfg.CacheBytes, 0),
 		ReportHeads:        len(cfg.Upstreams) > 1,
 		NewSubscriptionID:  newSubscriptionID,
-		Observer:           observer{s.metrics},
+		Observer:           observer{s.metrics, s},
 		Arenas:             s.arenas.get,
 	})
 	if err != nil {
@@ -160,10 +160,11 @@ func New(cfg Config) (*Server, error) {
 		for _, n := range s.nodes {
 			s.metrics.ChainMismatches.WithLabelValues(n.label)
 		}
-		if cfg.Registerer != nil {
-			cfg.Registerer.MustRegister(s.nodeGauges()...)
-		}
 	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.nodeGauges()...)
+	}
+	s.opsSeries(cfg.Registerer)
 	return s, nil
 }
 

@@ -59,6 +59,9 @@ func (s *Server) serveUpstream(ctx context.Context, n *upstreamNode, rc *reconne
 	n.conn, n.reached = u, false
 	s.core.Dialing(s.dialReachedLocked())
 	s.sel.Connected(n.index, now)
+	if !s.watchesHeads() {
+		s.sel.HeadsUnknown(n.index, now)
+	}
 	sw := s.decideLocked(now)
 	s.mu.Unlock()
 	s.applySwitch(sw)
@@ -153,6 +156,10 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 		return false
 	}
 	now := time.Now()
+	var pushRead time.Time // a push's, for muxd_push_delivery_lag_seconds
+	if err == nil && !f.Batch && len(f.Messages) == 1 && !f.Messages[0].HasID() && f.Messages[0].Subscription.Present() {
+		pushRead = now
+	}
 	s.mu.Lock()
 	s.core.UpstreamFrame(u.eff, u.gen, frame, f, err, now)
 	cur := s.up // answers on a draining connection may send on the active one
@@ -167,10 +174,23 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	s.mu.Unlock()
 	clear(u.msgs)
 	defer s.applySwitch(sw)
-	if s.handOff(u, cur, buf) {
+	if len(u.eff.Deliveries) == 0 {
+		pushRead = time.Time{} // routed to nobody
+	}
+	if s.handOff(u, cur, buf, pushRead) {
 		return true
 	}
-	return s.apply(u.eff, cur, buf)
+	lent = s.apply(u.eff, cur, buf)
+	s.pushDelivered(pushRead)
+	return lent
+}
+
+// pushDelivered observes the delivery lag of a push read at read, now that
+// its deliveries are queued (zero read: none to observe).
+func (s *Server) pushDelivered(read time.Time) {
+	if !read.IsZero() {
+		s.metrics.ops.pushLag.Observe(time.Since(read).Seconds())
+	}
 }
 
 // keepaliveAnswer reports whether m is the node's answer to keepalive's own

@@ -51,7 +51,7 @@ var optionHelp = map[string]string{
 	"ipc":                        "Unix socket path for IPC clients, geth's IPC format (its directory must exist)",
 	"ipc_mode":                   "IPC socket file mode, octal",
 	"ipc_group":                  "IPC socket group (needs ipc)",
-	"metrics":                    "address for /metrics, /healthz, /readyz (must differ from listen)",
+	"metrics":                    "address for /metrics, /healthz, /readyz, /status (must differ from listen)",
 	"request_timeout":            "deadline of each request, from arrival to answer (-32002 past it)",
 	"upstream_wait":              "how long a request waits while no upstream is connected before -32002 (at most request_timeout)",
 	"shutdown_grace":             "how long in-flight requests may finish on SIGTERM/SIGINT",

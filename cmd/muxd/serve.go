@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -160,6 +161,9 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	}()
 
 	httpSrv := srv.NewHTTPServer()
+	// draining is set as shutdown begins: /readyz answers 503 from then
+	// until exit, so that load balancers stop sending new clients.
+	var draining atomic.Bool
 	var metricsSrv *http.Server
 	serveErr := make(chan error, 3)
 	if ls.ws != nil {
@@ -171,7 +175,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 		log.Info("listening", "transport", "ipc", "path", ls.ipc.Addr().String())
 	}
 	if ls.metrics != nil {
-		metricsSrv = &http.Server{Handler: metricsHandler(reg, srv), ReadHeaderTimeout: 10 * time.Second}
+		metricsSrv = &http.Server{Handler: metricsHandler(reg, srv, &draining), ReadHeaderTimeout: 10 * time.Second}
 		go func() { serveErr <- ignoreClosed(metricsSrv.Serve(ls.metrics)) }()
 		log.Info("listening", "transport", "metrics", "addr", ls.metrics.Addr().String())
 	}
@@ -189,6 +193,7 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	case runErr = <-serveErr:
 		log.Error("listener failed, shutting down", "err", runErr)
 	}
+	draining.Store(true)
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	stopWatchdog()
 
@@ -305,23 +310,36 @@ func ignoreClosed(err error) error {
 	return err
 }
 
-// metricsHandler serves /metrics, /healthz (the process is up) and /readyz
-// (the upstream is connected; 503 otherwise).
-func metricsHandler(reg *prometheus.Registry, srv *mux.Server) http.Handler {
+// metricsHandler serves /metrics, /healthz (the process is up, whatever
+// the upstreams do), /readyz (an upstream is active and one is healthy,
+// and shutdown has not begun: draining; 503 otherwise, with the reason as
+// the body) and /status (statusHandler).
+func metricsHandler(reg *prometheus.Registry, srv *mux.Server, draining *atomic.Bool) http.Handler {
 	m := http.NewServeMux()
 	m.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	m.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	m.HandleFunc(healthzPath, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
-	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !srv.Ready() {
-			http.Error(w, "upstream not connected", http.StatusServiceUnavailable)
+	m.Handle(statusPath, statusHandler(srv, draining))
+	m.HandleFunc(readyzPath, func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		if ok, why := srv.Readiness(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ready\n")
 	})
 	return m
 }
+
+// The probe paths of the metrics listener (deploy/kubernetes uses them).
+const (
+	healthzPath = "/healthz"
+	readyzPath  = "/readyz"
+)
 
 // startWatchdog sends WATCHDOG=1 at half the interval systemd asks for
 // (WatchdogSec), and returns a function that stops it.
