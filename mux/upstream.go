@@ -58,7 +58,7 @@ func (s *Server) serveUpstream(ctx context.Context, n *upstreamNode, rc *reconne
 	s.mu.Lock()
 	n.conn, n.reached = u, false
 	s.core.Dialing(s.dialReachedLocked())
-	s.sel.Connected(n.index, now)
+	n.set.sel.Connected(n.index, now)
 	sw := s.decideLocked(now)
 	s.mu.Unlock()
 	s.applySwitch(sw)
@@ -284,7 +284,7 @@ func (s *Server) upstreamLost(u *upstreamConn) {
 		u.node.conn = nil
 	}
 	if !u.demoted {
-		s.sel.Lost(u.node.index, now)
+		u.node.set.sel.Lost(u.node.index, now)
 	}
 	if s.up == u {
 		s.setUp(nil)
