@@ -47,10 +47,10 @@ type Server struct {
 	// first, with the selector that picks the active one among them; old
 	// are the sets a reload replaced that still run (reload.go). Guarded
 	// by mu.
-	set *nodeSet
-	old []*nodeSet
-	up  *upstreamConn // guarded by mu: the active connection; nil while none
-	gens uint64             // guarded by mu: connections made active so far
+	set  *nodeSet
+	old  []*nodeSet
+	up   *upstreamConn // guarded by mu: the active connection; nil while none
+	gens uint64        // guarded by mu: connections made active so far
 	// lastActive is the index of the upstream last made active, -1 before
 	// the first: a failover is counted only when another one takes over
 	// (with one upstream, or the same one back after an outage, none is).
