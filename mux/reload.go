@@ -45,6 +45,11 @@ import (
 func (s *Server) Reconfigure(cfg Config) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
+	if cfg.MaxConnections <= 0 {
+		// The bound on the listener's connections is read once; left to
+		// follow MaxClients, it keeps the value it started with.
+		cfg.MaxConnections = s.cfg.MaxConnections
+	}
 	cfg = cfg.withDefaults()
 	cfg.Logger, cfg.Registerer = s.cfg.Logger, s.cfg.Registerer
 	var errs []error
