@@ -30,6 +30,7 @@ import (
 
 // upstreamNode is one configured upstream.
 type upstreamNode struct {
+	set   *nodeSet // the list it is part of
 	index int
 	label string // its number, as metrics and logs name it: index+1
 	host  string // its redacted URL, for logs
@@ -46,6 +47,83 @@ type upstreamNode struct {
 	// eff is the effects of its failed dials (core.DialsFailed); owned by
 	// its supervisor's goroutine.
 	eff *core.Effects
+	// stop ends its supervisor (nil until it runs); retiring says a
+	// reload removed it: it is stopped once it carries no traffic.
+	// Guarded by Server.mu.
+	stop     context.CancelFunc
+	retiring bool
+	// rtt is its muxd_upstream_round_trip_seconds series.
+	rtt prometheus.Observer
+}
+
+// nodeSet is the upstreams of one configuration (one per reload that
+// changed them), with the selector that picks among them by index.
+type nodeSet struct {
+	nodes []*upstreamNode
+	sel   *failover.Selector // guarded by Server.mu
+	// multi: more than one upstream, and so health requests and failover.
+	multi  bool
+	gauges []prometheus.Collector // its per-upstream series, registered while it is in force
+}
+
+// newNodeSet builds the upstreams of cfg and their selector.
+func (s *Server) newNodeSet(cfg Config) (*nodeSet, error) {
+	set := &nodeSet{nodes: newNodes(cfg, s.dialFailed, s.dialReached)}
+	set.multi = len(set.nodes) > 1
+	for _, n := range set.nodes {
+		n.set = set
+	}
+	failback := cfg.FailbackAfter
+	if failback < 0 {
+		failback = 0 // never
+	}
+	sel, err := failover.New(failover.Config{
+		Upstreams:     len(set.nodes),
+		MaxHeadLag:    uint64(cfg.MaxHeadLag),
+		HeadTimeout:   cfg.HeadTimeout,
+		FailbackAfter: failback,
+		ChainID:       cfg.ChainID,
+		StartWait:     startWait,
+		LagGrace:      lagGrace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mux: %w", err)
+	}
+	set.sel = sel
+	set.gauges = append(s.nodeGauges(set), s.opsNodeGauges(set)...)
+	for _, n := range set.nodes {
+		n.rtt = s.metrics.ops.roundTrip.WithLabelValues(n.label)
+	}
+	return set, nil
+}
+
+// registerSet makes set's series the ones shown: every failover and
+// per-upstream series from the start, so that rates and alerts see 0.
+// Not under s.mu: a scrape holds the registry while it reads the series
+// under s.mu.
+func (s *Server) registerSet(set *nodeSet) {
+	for _, r := range failover.Reasons() {
+		if r != failover.ReasonFirst {
+			s.metrics.Failovers.WithLabelValues(r.String())
+		}
+	}
+	for _, n := range set.nodes {
+		s.metrics.ChainMismatches.WithLabelValues(n.label)
+	}
+	if s.cfg.Registerer != nil {
+		for _, g := range set.gauges {
+			s.cfg.Registerer.MustRegister(g)
+		}
+	}
+}
+
+// unregisterSet takes set's per-upstream series away.
+func (s *Server) unregisterSet(set *nodeSet) {
+	if s.cfg.Registerer != nil {
+		for _, g := range set.gauges {
+			s.cfg.Registerer.Unregister(g)
+		}
+	}
 }
 
 // The health requests, under ids no client request can have upstream
@@ -106,32 +184,59 @@ func newNodes(cfg Config, unreachable, reached func(*upstreamNode)) []*upstreamN
 	return nodes
 }
 
-// nodeLabel names upstream index i for logs ("none" for -1).
+// nodeLabel names upstream index i of the current set for logs ("none"
+// for -1). Caller holds s.mu.
 func (s *Server) nodeLabel(i int) string {
-	if i < 0 || i >= len(s.nodes) {
+	if i < 0 || i >= len(s.set.nodes) {
 		return "none"
 	}
-	return s.nodes[i].label
+	return s.set.nodes[i].label
 }
 
-// multi reports whether there is more than one upstream, and so health
-// requests and failover.
-func (s *Server) multi() bool { return len(s.nodes) > 1 }
+// multi reports whether the configuration in force has more than one
+// upstream, and so health requests and failover. Caller holds s.mu.
+func (s *Server) multi() bool { return s.set.multi }
 
-// runNodes runs every upstream's supervisor until ctx is done, and returns
-// the first error other than ctx's, else ctx.Err().
-func (s *Server) runNodes(ctx context.Context) error {
-	errs := make(chan error, len(s.nodes))
-	for _, n := range s.nodes {
+// startSetLocked starts the supervisor of every upstream of set, under
+// s.runCtx. Caller holds s.mu, and Run has begun.
+func (s *Server) startSetLocked(set *nodeSet) {
+	for _, n := range set.nodes {
+		ctx, stop := context.WithCancel(s.runCtx)
+		n.stop = stop
+		s.supRunning++
 		go func() {
-			errs <- n.sup.Run(ctx, func(ctx context.Context, rc *reconnect.Conn) error {
+			err := n.sup.Run(ctx, func(ctx context.Context, rc *reconnect.Conn) error {
 				return s.serveUpstream(ctx, n, rc)
 			})
+			if ctx.Err() != nil {
+				err = nil // stopped: by Run's context, or by a reload
+			}
+			s.supDone <- err
 		}()
 	}
+}
+
+// runNodes runs every upstream's supervisor, those a reload adds too,
+// until ctx is done, and returns the first error of one, else ctx.Err().
+func (s *Server) runNodes(ctx context.Context) error {
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.startSetLocked(s.set)
+	s.mu.Unlock()
 	var first error
-	for range s.nodes {
-		if err := <-errs; err != nil && first == nil && err != ctx.Err() {
+	for {
+		s.mu.Lock()
+		if s.supRunning == 0 {
+			s.supsDone = true
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		err := <-s.supDone
+		s.mu.Lock()
+		s.supRunning--
+		s.mu.Unlock()
+		if err != nil && first == nil {
 			first = err
 		}
 	}
@@ -141,8 +246,9 @@ func (s *Server) runNodes(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Active returns the index of the active upstream (in Config.Upstreams),
-// -1 while none is.
+// Active returns the index of the active upstream (in Config.Upstreams,
+// of the configuration it came with: after a reload that changed them, the
+// old list's until the switch to the new one), -1 while none is.
 func (s *Server) Active() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -163,16 +269,23 @@ type switchover struct {
 // and if so makes the change in the core. Caller holds s.mu and applies
 // the result (applySwitch) after releasing it.
 func (s *Server) decideLocked(now time.Time) *switchover {
+	sw := s.switchLocked(now)
+	s.retireLocked()
+	return sw
+}
+
+// switchLocked is decideLocked but for retiring the upstreams of old sets.
+func (s *Server) switchLocked(now time.Time) *switchover {
 	if s.stopping {
 		return nil
 	}
-	sw, ok := s.sel.Decide(now)
+	sw, ok := s.set.sel.Decide(now)
 	if !ok {
 		return nil
 	}
 	var to *upstreamConn
 	if sw.To >= 0 {
-		to = s.nodes[sw.To].conn
+		to = s.set.nodes[sw.To].conn
 	}
 	if to == nil {
 		if s.multi() {
@@ -191,8 +304,11 @@ func (s *Server) decideLocked(now time.Time) *switchover {
 		// The old connection drains what it owes and is closed, then
 		// dialled again as a standby: until then it is not a candidate.
 		old.demoted = true
-		s.sel.Lost(old.node.index, now)
+		old.node.set.sel.Lost(old.node.index, now)
 		s.core.UpstreamSwitch(eff, to.gen, now)
+		if old.node.set != to.node.set {
+			s.log.Info("upstream list reloaded: traffic moved to the new list", "upstream", to.node.label, "host", to.node.host)
+		}
 	} else {
 		s.core.UpstreamConnected(eff, to.gen, now)
 	}
@@ -227,11 +343,16 @@ func (s *Server) closeGens(gens []uint64) {
 	var conns []*upstreamConn
 	s.mu.Lock()
 	for _, g := range gens {
-		for _, n := range s.nodes {
+		s.eachNodeLocked(func(n *upstreamNode) {
 			if n.conn != nil && n.conn.gen == g {
 				conns = append(conns, n.conn)
+				if n.retiring {
+					// Drained: its supervisor is not to dial it again.
+					n.conn.retired.Store(true)
+					n.stop()
+				}
 			}
-		}
+		})
 	}
 	s.mu.Unlock()
 	for _, u := range conns {
@@ -248,10 +369,10 @@ func (s *Server) dialFailed(n *upstreamNode) {
 	now := time.Now()
 	s.mu.Lock()
 	n.reached, n.failedAt = false, now
-	s.sel.Unreachable(n.index, now)
+	n.set.sel.Unreachable(n.index, now)
 	s.core.Dialing(s.dialReachedLocked())
 	away := now
-	for _, m := range s.nodes {
+	for _, m := range s.set.nodes {
 		if m.conn == nil && m.failedAt.Before(away) {
 			away = m.failedAt
 		}
@@ -278,7 +399,7 @@ func (s *Server) dialReached(n *upstreamNode) {
 // not the selector's choice): either may yet serve what waits, so that a
 // refused dial of another does not fail it. Caller holds s.mu.
 func (s *Server) dialReachedLocked() bool {
-	for _, n := range s.nodes {
+	for _, n := range s.set.nodes {
 		if n.reached || (n.conn != nil && n.conn != s.up) {
 			return true
 		}
@@ -294,7 +415,7 @@ func (s *Server) hurryDialsLocked() {
 	if s.core.Waiting() == 0 {
 		return
 	}
-	for _, n := range s.nodes {
+	for _, n := range s.set.nodes {
 		if n.conn == nil {
 			n.sup.Hurry()
 		}
@@ -305,22 +426,23 @@ func (s *Server) hurryDialsLocked() {
 // check only where there are upstreams to compare.
 func (s *Server) healthStart(u *upstreamConn) {
 	switch {
-	case s.multi():
+	case u.node.set.multi:
 		u.sendNoWait([]byte(healthChainIDReq), []byte(healthHeadsReq))
-	case s.watchesHeads():
+	case s.watchesHeads(u.node.set):
 		u.sendNoWait([]byte(healthHeadsReq))
 	}
 }
 
-// watchesHeads reports whether connections carry muxd's newHeads health
-// subscription: always, but in tests that turn it off for one upstream.
-func (s *Server) watchesHeads() bool { return s.multi() || !s.cfg.noHealthHeads }
+// watchesHeads reports whether the connections of set carry muxd's newHeads
+// health subscription: always, but in tests that turn it off for one
+// upstream.
+func (s *Server) watchesHeads(set *nodeSet) bool { return set.multi || !s.cfg.noHealthHeads }
 
 // health takes the message m of frame if it is one of u's health
 // messages (an answer to a health request, or a push of its newHeads
 // subscription), and reports whether it was. Only u's reader calls it.
 func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
-	if !s.watchesHeads() {
+	if !s.watchesHeads(u.node.set) {
 		return false
 	}
 	if m.HasID() {
@@ -335,7 +457,7 @@ func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
 				now := time.Now()
 				s.decide(now, func() {
 					if u.node.conn == u {
-						s.sel.HeadsUnknown(u.node.index, now)
+						u.node.set.sel.HeadsUnknown(u.node.index, now)
 					}
 				})
 			}
@@ -365,7 +487,7 @@ func (s *Server) headSeenLocked(u *upstreamConn, num uint64, now time.Time) bool
 		return false
 	}
 	u.head = num
-	s.sel.Head(u.node.index, num, now)
+	u.node.set.sel.Head(u.node.index, num, now)
 	return true
 }
 
@@ -377,7 +499,7 @@ func (s *Server) chainIDAnswered(u *upstreamConn, frame []byte, m *router.Messag
 	}
 	now := time.Now()
 	s.decide(now, func() {
-		if !u.demoted && u.node.conn == u && !s.sel.ChainID(u.node.index, id, now) {
+		if !u.demoted && u.node.conn == u && !u.node.set.sel.ChainID(u.node.index, id, now) {
 			s.metrics.ChainMismatches.WithLabelValues(u.node.label).Inc()
 			s.log.Error("upstream is on another chain (or did not say): it is never used", "upstream", u.node.label, "host", u.node.host, "chain_id", id)
 		}
@@ -386,7 +508,14 @@ func (s *Server) chainIDAnswered(u *upstreamConn, frame []byte, m *router.Messag
 
 // healthLoop gives the selector the time until ctx is done.
 func (s *Server) healthLoop(ctx context.Context) {
-	every(ctx, healthTick, func(now time.Time) { s.decide(now, nil) })
+	every(ctx, healthTick, func(now time.Time) {
+		s.mu.Lock()
+		multi := s.multi()
+		s.mu.Unlock()
+		if multi {
+			s.decide(now, nil)
+		}
+	})
 }
 
 // Ready reports whether muxd can serve: an upstream is active and at
@@ -407,7 +536,7 @@ func (s *Server) readyAt(now time.Time) (bool, string) {
 	switch {
 	case s.up == nil:
 		return false, "no upstream connected"
-	case !s.sel.AnyHealthy(now):
+	case !s.set.sel.AnyHealthy(now):
 		if s.multi() {
 			return false, "no upstream healthy"
 		}
@@ -416,9 +545,9 @@ func (s *Server) readyAt(now time.Time) (bool, string) {
 	return true, ""
 }
 
-// nodeGauges are the per-upstream series, read off the selector when
-// scraped: labelled by the upstream's number, never by URL.
-func (s *Server) nodeGauges() []prometheus.Collector {
+// nodeGauges are the per-upstream series of set, read off its selector
+// when scraped: labelled by the upstream's number, never by URL.
+func (s *Server) nodeGauges(set *nodeSet) []prometheus.Collector {
 	series := []struct {
 		name, help string
 		value      func(failover.Status) float64
@@ -433,13 +562,13 @@ func (s *Server) nodeGauges() []prometheus.Collector {
 			func(st failover.Status) float64 { return float64(st.Head) }},
 	}
 	var cs []prometheus.Collector
-	for _, n := range s.nodes {
+	for _, n := range set.nodes {
 		for _, g := range series {
 			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: g.name, Help: g.help, ConstLabels: prometheus.Labels{"upstream": n.label},
 			}, func() float64 {
 				s.mu.Lock()
-				st := s.sel.Status(n.index, time.Now())
+				st := set.sel.Status(n.index, time.Now())
 				s.mu.Unlock()
 				return g.value(st)
 			}))

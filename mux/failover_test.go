@@ -126,7 +126,7 @@ func (f *failNet) waitSelected(i int, h uint64) {
 	eventually(f.t, fmt.Sprintf("node %d's head %d seen", i, h), func() bool {
 		f.srv.mu.Lock()
 		defer f.srv.mu.Unlock()
-		return f.srv.sel.Status(i, time.Now()).Head >= h
+		return f.srv.set.sel.Status(i, time.Now()).Head >= h
 	})
 }
 
@@ -577,7 +577,7 @@ func TestFailoverScenarios(t *testing.T) {
 				eventually(t, "node 1 seen lost", func() bool {
 					f.srv.mu.Lock()
 					defer f.srv.mu.Unlock()
-					return f.srv.sel.Status(1, time.Now()).Why == failover.WhyDisconnected
+					return f.srv.set.sel.Status(1, time.Now()).Why == failover.WhyDisconnected
 				})
 				f.drop(0)
 				f.nodes[0].Conn(t, 2)
@@ -603,7 +603,7 @@ func TestFailoverScenarios(t *testing.T) {
 				eventually(t, "node 1 lagging", func() bool {
 					f.srv.mu.Lock()
 					defer f.srv.mu.Unlock()
-					return f.srv.sel.Status(1, time.Now()).Why == failover.WhyLagging
+					return f.srv.set.sel.Status(1, time.Now()).Why == failover.WhyLagging
 				})
 				f.kill(0)
 				waitActive(t, f.srv, 2)

@@ -22,10 +22,9 @@ type opsMetrics struct {
 	// use. Only the core's observer touches methods, with Server.mu held.
 	byMethod *prometheus.HistogramVec
 	methods  map[string]*[core.NumOutcomes]prometheus.Observer
-	// roundTrip is muxd_upstream_round_trip_seconds{upstream}; rtt holds
-	// each upstream's series, by index.
+	// roundTrip is muxd_upstream_round_trip_seconds{upstream}; each
+	// upstream holds its own series (upstreamNode.rtt).
 	roundTrip *prometheus.HistogramVec
-	rtt       []prometheus.Observer
 	pushLag   prometheus.Histogram // muxd_push_delivery_lag_seconds
 }
 
@@ -79,9 +78,9 @@ func (o *opsMetrics) answered(method string, out core.Outcome, latency time.Dura
 // RoundTrip counts how long connection gen took to answer a single
 // request, under its upstream's number (core.Observer).
 func (o observer) RoundTrip(gen uint64, d time.Duration) {
-	for i, n := range o.s.nodes {
+	for _, n := range o.s.set.nodes {
 		if n.conn != nil && n.conn.gen == gen {
-			o.m.ops.rtt[i].Observe(d.Seconds())
+			n.rtt.Observe(d.Seconds())
 			return
 		}
 	}
@@ -92,10 +91,6 @@ func (o observer) RoundTrip(gen uint64, d time.Duration) {
 // start, at 0.
 func (s *Server) opsSeries(reg prometheus.Registerer) {
 	o := s.metrics.ops
-	o.rtt = make([]prometheus.Observer, len(s.nodes))
-	for i, n := range s.nodes {
-		o.rtt[i] = o.roundTrip.WithLabelValues(n.label)
-	}
 	m := s.metrics
 	for _, r := range failover.Reasons() {
 		if r != failover.ReasonFirst {
@@ -139,9 +134,10 @@ var gapReasons = []string{
 	"too_long", "failed", "unavailable", "timeout", "too_many_held", "reorg_too_deep", "late", "not_backfillable", "disabled",
 }
 
-// opsGauges are the series of this file read off the server when scraped.
+// opsGauges are the server-wide series of this file, read off the server
+// when scraped.
 func (s *Server) opsGauges() []prometheus.Collector {
-	cs := []prometheus.Collector{
+	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "muxd_backfills_running", Help: "Backfills running: subscription keys whose missed heads or logs are being fetched.",
 		}, func() float64 {
@@ -159,6 +155,13 @@ func (s *Server) opsGauges() []prometheus.Collector {
 			Name: "muxd_fanout_queue_length", Help: "Large fan-outs of pushes the upstream reader handed on and that are not yet queued for their subscribers.",
 		}, func() float64 { return float64(len(s.fanout.jobs)) }),
 	}
+}
+
+// opsNodeGauges are the per-upstream series of this file for set, read off
+// its selector and connections when scraped; registered while set is in
+// force (registerSet).
+func (s *Server) opsNodeGauges(set *nodeSet) []prometheus.Collector {
+	var cs []prometheus.Collector
 	series := []struct {
 		name, help string
 		value      func(st failover.Status, now time.Time) float64
@@ -183,14 +186,14 @@ func (s *Server) opsGauges() []prometheus.Collector {
 				return sinceOr0(st.ConnectedAt, now)
 			}},
 	}
-	for _, n := range s.nodes {
+	for _, n := range set.nodes {
 		for _, g := range series {
 			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: g.name, Help: g.help, ConstLabels: prometheus.Labels{"upstream": n.label},
 			}, func() float64 {
 				now := time.Now()
 				s.mu.Lock()
-				st := s.sel.Status(n.index, now)
+				st := set.sel.Status(n.index, now)
 				s.mu.Unlock()
 				return g.value(st, now)
 			}))

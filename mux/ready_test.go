@@ -11,7 +11,7 @@ import (
 // headOf is upstream i's last head as the selector knows it.
 func (h *harness) headOf(i int) uint64 {
 	var head uint64
-	h.locked(func() { head = h.srv.sel.Status(i, time.Now()).Head })
+	h.locked(func() { head = h.srv.set.sel.Status(i, time.Now()).Head })
 	return head
 }
 

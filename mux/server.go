@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/muxd/muxd/core"
-	"github.com/muxd/muxd/failover"
 	"github.com/muxd/muxd/router"
 )
 
@@ -36,18 +35,35 @@ type Server struct {
 	cfg         Config
 	log         *slog.Logger
 	metrics     *Metrics
-	nodes       []*upstreamNode // the upstreams, most preferred first
+
+	// reloadMu makes one Reconfigure at a time; nodesCfg is the Config the
+	// current set of upstreams was built from, guarded by it.
+	reloadMu sync.Mutex
+	nodesCfg Config
 
 	mu   sync.Mutex
-	core *core.Core         // guarded by mu
-	sel  *failover.Selector // guarded by mu: which upstream is active
-	up   *upstreamConn      // guarded by mu: the active connection; nil while none
-	gens uint64             // guarded by mu: connections made active so far
+	core *core.Core // guarded by mu
+	// set is the upstreams of the configuration in force, most preferred
+	// first, with the selector that picks the active one among them; old
+	// are the sets a reload replaced that still run (reload.go). Guarded
+	// by mu.
+	set  *nodeSet
+	old  []*nodeSet
+	up   *upstreamConn // guarded by mu: the active connection; nil while none
+	gens uint64        // guarded by mu: connections made active so far
 	// lastActive is the index of the upstream last made active, -1 before
 	// the first: a failover is counted only when another one takes over
 	// (with one upstream, or the same one back after an outage, none is).
 	// Guarded by mu.
 	lastActive int
+	// runCtx is Run's context, nil before Run: the supervisors of a set a
+	// reload adds run under it. supRunning counts the supervisors running,
+	// each of which sends its result on supDone; supsDone is set once Run
+	// saw them all end, after which none is started. Guarded by mu.
+	runCtx     context.Context
+	supRunning int
+	supsDone   bool
+	supDone    chan error
 	// stopping is set once Run's context is done: the upstreams are then
 	// closing one by one, and none is made active any more. Guarded by mu.
 	stopping bool
@@ -92,36 +108,10 @@ func New(cfg Config) (*Server, error) {
 		peers:       make(map[router.ClientID]*Client),
 		upChanged:   make(chan struct{}),
 		queued:      queueBudget{max: int64(cfg.OutboundQueueBytesTotal)},
+		supDone:     make(chan error),
 	}
 	s.queued.gauge = s.metrics.QueuedPastBound
-	backfill := cfg.BackfillBlocks
-	if backfill < 0 {
-		backfill = 0
-	}
-	rc, err := core.New(core.Config{
-		RequestTimeout:     cfg.RequestTimeout,
-		UpstreamWait:       cfg.UpstreamWait,
-		DialGrace:          dialGrace,
-		UpstreamMaxBatch:   cfg.UpstreamMaxBatch,
-		MaxUpstreamMessage: int(cfg.MaxMessageBytes),
-		MaxBatch:           cfg.MaxBatch,
-		MaxInFlight:        cfg.MaxInFlight,
-		MaxHeldBytes:       cfg.MaxHeldBytes,
-		MaxHeldBytesTotal:  cfg.MaxHeldBytesTotal,
-		MaxSubscriptions:   cfg.MaxSubscriptions,
-		MaxClients:         cfg.MaxClients,
-		MaxWaiting:         cfg.MaxWaiting,
-		HeldPushBytes:      cfg.OutboundQueueBytes,
-		DenyMethods:        cfg.DenyMethods,
-		RetryMethods:       cfg.RetryMethods,
-		BackfillBlocks:     backfill,
-		CoalesceMethods:    cfg.CoalesceMethods,
-		CacheBytes:         max(cfg.CacheBytes, 0),
-		ReportHeads:        len(cfg.Upstreams) > 1,
-		NewSubscriptionID:  newSubscriptionID,
-		Observer:           observer{s.metrics, s},
-		Arenas:             s.arenas.get,
-	})
+	rc, err := core.New(s.coreConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
 	}
@@ -131,39 +121,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reclaim.runs = s.metrics.MemoryReclaims.Inc
 	s.frames.onRelease = s.reclaim.released
-	s.nodes = newNodes(cfg, s.dialFailed, s.dialReached)
-	failback := cfg.FailbackAfter
-	if failback < 0 {
-		failback = 0 // never
-	}
-	sel, err := failover.New(failover.Config{
-		Upstreams:     len(s.nodes),
-		MaxHeadLag:    uint64(cfg.MaxHeadLag),
-		HeadTimeout:   cfg.HeadTimeout,
-		FailbackAfter: failback,
-		ChainID:       cfg.ChainID,
-		StartWait:     startWait,
-		LagGrace:      lagGrace,
-	})
+	set, err := s.newNodeSet(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("mux: %w", err)
+		return nil, err
 	}
-	s.sel = sel
+	s.set = set
+	s.nodesCfg = cfg
 	s.lastActive = -1
-	if s.multi() {
-		// Every series from the start, so that rates and alerts see 0.
-		for _, r := range failover.Reasons() {
-			if r != failover.ReasonFirst {
-				s.metrics.Failovers.WithLabelValues(r.String())
-			}
-		}
-		for _, n := range s.nodes {
-			s.metrics.ChainMismatches.WithLabelValues(n.label)
-		}
-	}
-	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(s.nodeGauges()...)
-	}
+	s.registerSet(set)
 	s.opsSeries(cfg.Registerer)
 	return s, nil
 }
@@ -181,13 +146,13 @@ func (s *Server) Run(ctx context.Context) error {
 		defer wg.Done()
 		s.sweepLoop(sweepCtx)
 	}()
-	if s.multi() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.healthLoop(sweepCtx)
-		}()
-	}
+	// The selector is given the time even with one upstream: a reload
+	// may make several.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.healthLoop(sweepCtx)
+	}()
 	stopFanout := s.startFanout()
 	stopStopping := context.AfterFunc(ctx, func() {
 		s.mu.Lock()
@@ -221,6 +186,39 @@ func (s *Server) setUp(u *upstreamConn) {
 		s.metrics.UpstreamConnected.Set(1)
 	} else {
 		s.metrics.UpstreamConnected.Set(0)
+	}
+}
+
+// coreConfig is the routing core's configuration for cfg (with its
+// defaults).
+func (s *Server) coreConfig(cfg Config) core.Config {
+	backfill := cfg.BackfillBlocks
+	if backfill < 0 {
+		backfill = 0
+	}
+	return core.Config{
+		RequestTimeout:     cfg.RequestTimeout,
+		UpstreamWait:       cfg.UpstreamWait,
+		DialGrace:          dialGrace,
+		UpstreamMaxBatch:   cfg.UpstreamMaxBatch,
+		MaxUpstreamMessage: int(cfg.MaxMessageBytes),
+		MaxBatch:           cfg.MaxBatch,
+		MaxInFlight:        cfg.MaxInFlight,
+		MaxHeldBytes:       cfg.MaxHeldBytes,
+		MaxHeldBytesTotal:  cfg.MaxHeldBytesTotal,
+		MaxSubscriptions:   cfg.MaxSubscriptions,
+		MaxClients:         cfg.MaxClients,
+		MaxWaiting:         cfg.MaxWaiting,
+		HeldPushBytes:      cfg.OutboundQueueBytes,
+		DenyMethods:        cfg.DenyMethods,
+		RetryMethods:       cfg.RetryMethods,
+		BackfillBlocks:     backfill,
+		CoalesceMethods:    cfg.CoalesceMethods,
+		CacheBytes:         max(cfg.CacheBytes, 0),
+		ReportHeads:        len(cfg.Upstreams) > 1,
+		NewSubscriptionID:  newSubscriptionID,
+		Observer:           observer{s.metrics, s},
+		Arenas:             s.arenas.get,
 	}
 }
 

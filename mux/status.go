@@ -77,8 +77,8 @@ func (s *Server) Status() Status {
 	s.mu.Lock()
 	stats := s.core.Stats()
 	keys, total := s.core.Subscriptions(StatusMaxKeys)
-	for _, n := range s.nodes {
-		fs := s.sel.Status(n.index, now)
+	for _, n := range s.set.nodes {
+		fs := s.set.sel.Status(n.index, now)
 		u := UpstreamStatus{
 			Upstream:  n.label,
 			Host:      n.host,

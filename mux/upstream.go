@@ -58,9 +58,9 @@ func (s *Server) serveUpstream(ctx context.Context, n *upstreamNode, rc *reconne
 	s.mu.Lock()
 	n.conn, n.reached = u, false
 	s.core.Dialing(s.dialReachedLocked())
-	s.sel.Connected(n.index, now)
-	if !s.watchesHeads() {
-		s.sel.HeadsUnknown(n.index, now)
+	n.set.sel.Connected(n.index, now)
+	if !s.watchesHeads(n.set) {
+		n.set.sel.HeadsUnknown(n.index, now)
 	}
 	sw := s.decideLocked(now)
 	s.mu.Unlock()
@@ -304,7 +304,7 @@ func (s *Server) upstreamLost(u *upstreamConn) {
 		u.node.conn = nil
 	}
 	if !u.demoted {
-		s.sel.Lost(u.node.index, now)
+		u.node.set.sel.Lost(u.node.index, now)
 	}
 	if s.up == u {
 		s.setUp(nil)

@@ -137,7 +137,8 @@ func TestKubernetesSidecar(t *testing.T) {
 func probeHandler(t *testing.T) http.Handler {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	srv, err := mux.New(mux.Config{Upstream: "ws://127.0.0.1:1", Registerer: reg, Logger: newLogger(&Config{}, io.Discard)})
+	logger, _ := newLogger(&Config{}, io.Discard)
+	srv, err := mux.New(mux.Config{Upstream: "ws://127.0.0.1:1", Registerer: reg, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return reportConfigError(cmd, err, stdout, stderr)
 		}
-		if err := serve(ctx, cfg, exposed, stderr); err != nil {
+		// A reload reads the file and the environment again; the flags
+		// given at start still win.
+		load := func() (*Config, error) {
+			cfg, _, err := loadConfig(args)
+			return cfg, err
+		}
+		if err := serve(ctx, cfg, exposed, stderr, load); err != nil {
 			fmt.Fprintln(stderr, "muxd:", withListFormat(err))
 			return 1
 		}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"os/user"
 	"strconv"
 	"strings"
@@ -28,14 +29,22 @@ import (
 	"github.com/muxd/muxd/mux"
 )
 
-func newLogger(cfg *Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	level.UnmarshalText([]byte(strings.ToLower(cfg.LogLevel)))
+// newLogger returns muxd's logger, and its level, which a reload changes.
+func newLogger(cfg *Config, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	level := new(slog.LevelVar)
+	level.Set(logLevel(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(w, opts)), level
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(slog.NewTextHandler(w, opts)), level
+}
+
+// logLevel is log_level (validated before) as a slog.Level.
+func logLevel(s string) slog.Level {
+	var level slog.Level
+	level.UnmarshalText([]byte(strings.ToLower(s)))
+	return level
 }
 
 // listeners are the sockets muxd serves: inherited from systemd socket
@@ -127,8 +136,11 @@ func chgrp(path, group string) error {
 //
 // exposed names the options given as flags whose values may be secrets;
 // serve warns that they are visible in the process list.
-func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer) error {
-	log := newLogger(cfg, logOut)
+//
+// On SIGHUP it reads the configuration again with load and applies it
+// (reloader.reload); load nil: no reloads.
+func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer, load func() (*Config, error)) error {
+	log, level := newLogger(cfg, logOut)
 	if len(exposed) > 0 {
 		log.Warn("secrets given as flags can be read by every local user in the process list (/proc/PID/cmdline): "+
 			"set the upstream URL in MUXD_UPSTREAM and headers in MUXD_UPSTREAM_HEADERS or the config file (mode 0600) instead", "flags", exposed)
@@ -186,12 +198,30 @@ func serve(ctx context.Context, cfg *Config, exposed []string, logOut io.Writer)
 	daemon.SdNotify(false, daemon.SdNotifyReady)
 	stopWatchdog := startWatchdog(log)
 
+	rl := &reloader{log: log, level: level, srv: srv, load: load, cur: cfg}
+	hup := make(chan os.Signal, 1)
+	if load != nil {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "grace", cfg.ShutdownGrace.Duration)
-	case runErr = <-serveErr:
-		log.Error("listener failed, shutting down", "err", runErr)
+wait:
+	for {
+		select {
+		case <-hup:
+			rl.reload()
+			if onReloaded != nil {
+				onReloaded()
+			}
+		case <-ctx.Done():
+			cfg = rl.current()
+			log.Info("shutting down", "grace", cfg.ShutdownGrace.Duration)
+			break wait
+		case runErr = <-serveErr:
+			cfg = rl.current()
+			log.Error("listener failed, shutting down", "err", runErr)
+			break wait
+		}
 	}
 	draining.Store(true)
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
@@ -274,6 +304,9 @@ func inUseHint(err error, option string) string {
 // onListening, when set (by tests), is called once serve has bound its
 // listeners, with their addresses (nil for one not in use).
 var onListening func(ws, ipc, metrics net.Addr)
+
+// onReloaded, when set (by tests), is called after each reload.
+var onReloaded func()
 
 // onListenersOpened, when set (by tests), is called with the listeners as
 // soon as they are open, before anything serves on them; it may replace

@@ -60,7 +60,8 @@ func (u unitFile) get(section, key string) string {
 //   - the IPC socket lives outside the service's RuntimeDirectory, which
 //     systemd deletes whenever the service stops or restarts, and the
 //     sockets are not stopped with the service (no PartOf);
-//   - the sockets' names are those serve looks for ("ws", "ipc").
+//   - the sockets' names are those serve looks for ("ws", "ipc");
+//   - systemctl reload sends SIGHUP (a reload).
 func TestSystemdUnits(t *testing.T) {
 	svc := readUnit(t, "muxd.service")
 	if got := svc.get("Service", "Type"); got != "notify" {
@@ -71,6 +72,9 @@ func TestSystemdUnits(t *testing.T) {
 	}
 	if !slices.Contains(strings.Fields(svc.get("Service", "RestartPreventExitStatus")), "2") {
 		t.Error("muxd.service: no RestartPreventExitStatus=2: a config error (exit 2) restarts in a loop")
+	}
+	if got := svc.get("Service", "ExecReload"); got != "/bin/kill -HUP $MAINPID" {
+		t.Errorf("muxd.service: ExecReload=%s, want /bin/kill -HUP $MAINPID (systemctl reload: muxd reloads on SIGHUP)", got)
 	}
 	if !strings.Contains(svc.get("Service", "ExecStart"), "--config /etc/muxd/muxd.toml") {
 		t.Errorf("muxd.service: ExecStart=%s does not read /etc/muxd/muxd.toml", svc.get("Service", "ExecStart"))
