@@ -43,7 +43,8 @@ func TestReloadUpstreams(t *testing.T) {
 					return len(r) > 0 && strings.Contains(r[len(r)-1], fmt.Sprintf(`"number":"0x%x"`, h))
 				}, func(fs []resp) string { return headSummary(heads(fs)) })
 			}
-			f.nodes[0].Conn(t, 1).WaitLiveSubs(t, 1)
+			// The client's, and muxd's own newHeads health subscription.
+			f.nodes[0].Conn(t, 1).WaitLiveSubs(t, 2)
 			for h := uint64(startHead + 1); h <= startHead+2; h++ {
 				f.advance(0, 1)
 				waitHead(h)
