@@ -25,7 +25,8 @@
 // Rules, each covered by a test in heads_test.go or logs_test.go:
 //
 //   - newHeads: the last delivered head (number, hash) and the hashes of
-//     the last Config.Blocks delivered heads are kept per key. A head that
+//     the last Config.Blocks delivered heads and the one below them are
+//     kept per key. A head that
 //     is the child of the last one is delivered. A head already delivered
 //     (same number and hash) is dropped. A key live again (Live) that
 //     gets no push within Config.HeadWait asks for the node's head
@@ -91,6 +92,21 @@
 //     before the head that showed the jump, and skipped the others) is
 //     not delivered and the gap is counted (late). With no newHeads key
 //     live, a live connection's jumps are not seen.
+//   - logs on a live connection with heads (a head was pushed on it): a
+//     live log is placed against the heads before it goes out (place).
+//     It goes out when the heads name its block and the key's highest
+//     block at or below it, and no block of the key's lies above it.
+//     A log whose block is above the heads waits for the head that names
+//     it (Config.HeadWait; then a backfill places it); one below them on
+//     a branch they do not name, or under a key's block they skipped,
+//     starts a backfill that finds the fork point (checks by number
+//     against the key's branch, followed below its remembered blocks by
+//     parent hash through the headers seen: branchOf), sends the
+//     replaced blocks' logs removed, fetches the new branch's from the
+//     fork point, then runs the held pushes. Removals of a replaced block
+//     thus go out before any log of its replacement, whichever of the
+//     node's feeds comes first; a log below a key's block on its own
+//     branch is counted late with its block named.
 //   - Other kinds (newPendingTransactions, node-specific ones) cannot be
 //     backfilled: becoming live again counts a gap (not_backfillable).
 //   - A push that does not parse as a head or a log is delivered as it

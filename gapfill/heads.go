@@ -65,9 +65,11 @@ func (m *Machine) recordHead(k *keyState, h header) {
 	}
 	k.hashes[h.num] = h.hash
 	k.last, k.haveLast = h.num, true
-	if len(k.hashes) > m.cfg.Blocks {
+	// Blocks heads and the one below them: the fork point of a reorg
+	// Blocks deep.
+	if len(k.hashes) > m.cfg.Blocks+1 {
 		for n := range k.hashes {
-			if n+uint64(m.cfg.Blocks) <= h.num {
+			if n+uint64(m.cfg.Blocks) < h.num {
 				delete(k.hashes, n)
 			}
 		}
@@ -170,6 +172,7 @@ func (m *Machine) headAnswered(k *keyState, r *request, result []byte, now time.
 	if r.purpose == purposeHeadByNumber {
 		delete(j.numWait, r.num)
 	}
+	m.noteHeader(h)
 	j.byHash[h.hash] = h
 	m.advance(k)
 	m.walk(k, now)

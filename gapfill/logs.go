@@ -9,8 +9,10 @@ import (
 )
 
 // onLog applies the logs rules to log l (no job running). live says l is
-// the push just handed to Push; otherwise l.raw is a held copy.
-func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
+// the push just handed to Push; otherwise l.raw is a held copy. fresh says
+// l is placed as a live push is (place): it is the push just given, or was
+// held only while the key waited (see runHeld).
+func (m *Machine) onLog(k *keyState, l logEntry, live, fresh bool, now time.Time) {
 	if l.removed {
 		// A live reorg: the node says it itself; the log is not
 		// delivered any more. The new branch's logs from this block on
@@ -33,8 +35,22 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 	if seen(k, l) {
 		return
 	}
-	if n, ok := m.replacedBy(k, l, live); ok {
-		if !live {
+	if fresh && m.haveNodeHead {
+		switch m.place(k, l) {
+		case placeWait:
+			m.waitForHeads(k, l, now)
+			return
+		case placeFork:
+			m.findForkFor(k, now)
+			m.hold(k, l.raw, now)
+			return
+		case placeLate:
+			m.gapBlocks(k, "late", l.block, l.block)
+			return
+		}
+	}
+	if n, ok := m.replacedBy(k, l, fresh); ok {
+		if !fresh {
 			// Delivered under another hash, and not removed: a push
 			// held while a backfill delivered the block as it now is
 			// is stale.
@@ -47,7 +63,8 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 		// send it; the node's own removals then match nothing. When
 		// the fork may lie lower still, a backfill finds it first.
 		if m.forkUnknown(k, n) {
-			m.findForkFor(k, l, now)
+			m.findForkFor(k, now)
+			m.hold(k, l.raw, now)
 			return
 		}
 		m.removeFrom(k, n)
@@ -60,7 +77,7 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 		// backfill's range answers straddled a reorg and delivered
 		// another branch's block here. Delivered now it would break the
 		// order; it is counted as late, as a fetched one is.
-		m.gap(k, "late")
+		m.gapBlocks(k, "late", l.block, l.block)
 		return
 	}
 	if live {
@@ -191,6 +208,7 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 			m.failed(k, r, now)
 			return
 		}
+		m.noteHeader(h)
 		j.head, j.haveHead = h.num, true
 		j.checked[h.num] = h.hash
 		if h.num > 0 {
@@ -203,6 +221,7 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 			m.failed(k, r, now)
 			return
 		}
+		m.noteHeader(h)
 		j.checked[r.num] = h.hash
 		if r.purpose == purposeCheckBlock {
 			m.resolveChecks(k, now)
@@ -327,8 +346,22 @@ func forkMoved(k *keyState, j *job) bool {
 // it holds stay held; its deadline stands.
 func (m *Machine) restartChecks(k *keyState, j *job, now time.Time) {
 	m.dropRequests(k.key)
-	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1}
+	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1, forLog: j.forLog, branch: j.branch}
 	m.findFork(k, j, now)
+}
+
+// checkBranchBelow adds block n-1 to logs job j's checks when n, a block
+// the key knew, was replaced and nothing the key remembers lies below it,
+// but the branch the key was delivered (j.branch) names n-1: the fork
+// point is looked for there, where the key had no log, rather than
+// guessed.
+func (m *Machine) checkBranchBelow(k *keyState, j *job, n uint64) {
+	if n == 0 || n-1 < k.start || len(j.checks) > 0 {
+		return
+	}
+	if _, ok := j.branch[n-1]; ok {
+		j.checks = append(j.checks, n-1)
+	}
 }
 
 // askChecks asks for the canonical hash of the highest remembered blocks
@@ -361,6 +394,12 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 		}
 		if was, ok := rememberedHash(k, n); ok && was != hash {
 			j.replaced = append(j.replaced, n)
+			m.checkBranchBelow(k, j, n)
+			continue
+		}
+		if was, ok := j.branch[n]; ok && was != hash && !j.forkOK {
+			j.replaced = append(j.replaced, n)
+			m.checkBranchBelow(k, j, n)
 			continue
 		}
 		j.forkOK, j.forkAt = true, n
@@ -500,14 +539,144 @@ func (m *Machine) forkUnknown(k *keyState, n uint64) bool {
 	return false
 }
 
-// findForkFor holds live log l of a reorg whose fork point is not known
-// and starts a backfill that finds it (as after a reconnect): the
-// replaced blocks' logs go out removed, then the new branch, then l
-// (seen by then, or delivered by the usual rules).
-func (m *Machine) findForkFor(k *keyState, l logEntry, now time.Time) {
-	m.findFork(k, m.startJob(k, now), now)
+// findForkFor starts a backfill that finds where a live log belongs (as
+// after a reconnect), or turns k's wait for heads into one; the caller
+// holds the log behind it. The replaced blocks' logs go out removed, then
+// the new branch, then what is held (the log is seen by then, or run
+// through the rules for held pushes).
+func (m *Machine) findForkFor(k *keyState, now time.Time) {
+	j := m.startJob(k, now)
+	j.forLog = true
+	j.branch = m.branchOf(k)
+	m.findFork(k, j, now)
+	j.heldFrom = 0
+}
+
+// waitForHeads holds live log l, whose block the heads pushed on the
+// connection have not named yet, until one does (noteHead) or HeadWait
+// passes (Tick: then a backfill finds where it belongs).
+func (m *Machine) waitForHeads(k *keyState, l logEntry, now time.Time) {
+	j := m.startJob(k, now)
+	j.wait, j.waitUntil = true, now.Add(m.cfg.HeadWait)
 	m.hold(k, l.raw, now)
-	k.job.heldFrom = 0
+}
+
+// Where a live log stands against what its key was delivered (place).
+const (
+	placeOK   = iota // on the branch the heads name, as far as the key's blocks go: the usual rules
+	placeWait        // its block is above the heads pushed yet: wait for them
+	placeFork        // its branch is not known: a backfill finds the fork first
+	placeLate        // a later block's logs, on its branch, went out first
+)
+
+// place tells where live log l stands, on a connection whose heads the
+// machine follows. A log continues what its key was delivered only when
+// the heads name its block (its hash at its number) and every block of the
+// key's the heads name on that branch is the key's, none above l's: the
+// node's log and head feeds are separate, and a reorg's new logs may come
+// before its new heads, so a log is never taken on trust against them.
+// Until the heads reach its block it waits; below them, on a branch they
+// do not name, a backfill finds the fork point; removals of the blocks
+// it replaced then go out before it.
+func (m *Machine) place(k *keyState, l logEntry) int {
+	if m.nodeHashes[l.block] != l.hash {
+		if l.block <= m.nodeHead {
+			return placeFork
+		}
+		for b, blk := range k.blocks {
+			if b > l.block || (b == l.block && blk.hash != l.hash) {
+				return placeFork
+			}
+		}
+		return placeWait
+	}
+	low := m.nodeHead
+	for n := range m.nodeHashes {
+		low = min(low, n)
+	}
+	var top uint64 // the key's highest block at or below l's
+	haveTop := false
+	for b, blk := range k.blocks {
+		h, named := m.nodeHashes[b]
+		switch {
+		case b > l.block && named && h == blk.hash:
+			return placeLate
+		case b > l.block:
+			return placeFork
+		case !haveTop || b > top:
+			top, haveTop = b, true
+		}
+	}
+	if _, named := m.nodeHashes[top]; haveTop && !named && top >= low {
+		// The heads skipped it (a jump): l's branch is not known to run
+		// through it.
+		return placeFork
+	}
+	// A block of the key's the heads name under another hash is replaced:
+	// the usual rules send it removed first (or find the fork below it).
+	if k.haveCovered && k.coveredHash != "" && k.covered >= low && (!haveTop || k.covered > top) {
+		if h, named := m.nodeHashes[k.covered]; !named || (h != k.coveredHash && k.covered < l.block) {
+			// The key covered a branch the heads no longer name, where it
+			// had no log: the new branch's blocks below l's may hold logs
+			// not delivered yet.
+			return placeFork
+		}
+	}
+	return placeOK
+}
+
+// branchOf returns the branch logs key k was delivered (number -> hash)
+// as far as the headers the machine has seen tell it: from each block the
+// key knows by hash (those whose logs it remembers, its covered block),
+// highest first, down by parent hash. It names the blocks where the key
+// had no log, which a reorg may have replaced too.
+func (m *Machine) branchOf(k *keyState) map[uint64]string {
+	type anchor struct {
+		num  uint64
+		hash string
+	}
+	var anchors []anchor
+	for b, blk := range k.blocks {
+		anchors = append(anchors, anchor{b, blk.hash})
+	}
+	if k.haveCovered && k.coveredHash != "" {
+		anchors = append(anchors, anchor{k.covered, k.coveredHash})
+	}
+	slices.SortFunc(anchors, func(x, y anchor) int { return cmp.Compare(y.num, x.num) })
+	branch := map[uint64]string{}
+	for _, a := range anchors {
+		num, hash := a.num, a.hash
+		for {
+			if _, ok := branch[num]; ok {
+				break
+			}
+			branch[num] = hash
+			h, ok := m.headers[hash]
+			if !ok || num == 0 || h.num != num {
+				break
+			}
+			num, hash = num-1, h.parent
+		}
+	}
+	return branch
+}
+
+// noteHeader remembers block h's number and parent hash (a hash names one
+// header for good), for branchOf; those more than Blocks+1 below the
+// highest are forgotten.
+func (m *Machine) noteHeader(h header) {
+	if m.headers == nil {
+		m.headers = map[string]header{}
+	}
+	m.headers[h.hash] = header{num: h.num, hash: h.hash, parent: h.parent}
+	m.topHeader = max(m.topHeader, h.num)
+	if len(m.headers) > 4*(m.cfg.Blocks+2) {
+		for hash, x := range m.headers {
+			if x.num+uint64(m.cfg.Blocks)+1 < m.topHeader {
+				delete(m.headers, hash)
+			}
+		}
+	}
 }
 
 // removeFrom sends the logs key k was delivered of blocks n and above
@@ -616,6 +785,7 @@ func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 // and of the new head, as after a reconnect (a key with a job running
 // fetches them when it ends).
 func (m *Machine) noteHead(h header, now time.Time) {
+	m.noteHeader(h)
 	prev, had := m.nodeHead, m.haveNodeHead
 	m.nodeHead, m.haveNodeHead = h.num, true
 	// A reorg: a head not above the last, or one whose parent is not the
@@ -646,7 +816,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 			if k.kind != kindLogs {
 				continue
 			}
-			if k.live && k.job == nil {
+			if k.live && (k.job == nil || k.job.wait) {
 				m.removeBlocks(k, from, func(num uint64, hash string) bool {
 					switch num {
 					case h.num - 1:
@@ -659,8 +829,12 @@ func (m *Machine) noteHead(h header, now time.Time) {
 				if parentMoved && holdsBelow(k, from) {
 					// The fork may be below the blocks the head
 					// names: find it as after a reconnect (the pushes
-					// wait behind the job).
-					m.findFork(k, m.startJob(k, now), now)
+					// wait behind the job), below the blocks the key
+					// remembers along the branch the heads named so
+					// far.
+					j := m.startJob(k, now)
+					j.branch = m.branchOf(k)
+					m.findFork(k, j, now)
 				}
 			}
 			m.uncover(k, from)
@@ -671,6 +845,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 		m.quietCovered(h.num)
 	}
 	if !had || h.num <= prev+1 {
+		m.releaseWaits(now)
 		return
 	}
 	for _, key := range m.sortedKeys() {
@@ -682,7 +857,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 		if from > h.num {
 			continue
 		}
-		if k.job != nil {
+		if k.job != nil && !k.job.wait {
 			if k.owedTo == 0 || from < k.owedFrom {
 				k.owedFrom = from
 			}
@@ -690,6 +865,20 @@ func (m *Machine) noteHead(h header, now time.Time) {
 			continue
 		}
 		m.startJump(k, from, h.num, map[uint64]string{h.num: h.hash, h.num - 1: h.parent}, now) // h.num > prev+1 > 0
+	}
+	m.releaseWaits(now)
+}
+
+// releaseWaits runs again the logs each key held while it waited for the
+// heads (waitForHeads), now that a head came: those whose block it named
+// go out, after any removal it caused.
+func (m *Machine) releaseWaits(now time.Time) {
+	for _, key := range m.sortedKeys() {
+		k := m.keys[key]
+		if k.job != nil && k.job.wait {
+			k.job = nil
+			m.runHeld(k, true, now)
+		}
 	}
 }
 

@@ -149,6 +149,12 @@ type Machine struct {
 	// the last Blocks numbers: what a logs key's covered block is, so
 	// that a backfill can tell whether a reorg replaced it.
 	nodeHashes map[uint64]string
+	// headers are the blocks (number, hash, parent) the machine has seen,
+	// pushed or fetched, on any connection and branch, for the last
+	// Blocks+1 numbers below topHeader: how a logs key's branch is
+	// followed below the blocks it remembers (branchOf).
+	headers   map[string]header
+	topHeader uint64
 
 	// headWaits are the newHeads keys live again on this connection that
 	// have had no push yet, with when they ask the node for its head
@@ -278,6 +284,20 @@ type job struct {
 	// checks were (last) asked: the checks' answers know of those.
 	heldFrom int
 	restarts int // times the fork moved under the job (restartChecks)
+	// wait: the job sends nothing: it holds a live log whose block the
+	// heads pushed on the connection have not named yet (place), until a
+	// head names it or waitUntil passes (then it finds the fork itself).
+	wait      bool
+	waitUntil time.Time
+	// forLog: the job was started to place a log pushed live (findForkFor):
+	// what it held is then run through the rules for held pushes only,
+	// and cannot start another such job.
+	forLog bool
+	// branch is the chain the heads pushed on the connection named when
+	// the job started (number -> hash), when the key's delivered blocks lie
+	// on it: the hashes of the blocks the key covered where it had no log,
+	// which the checks compare below its remembered blocks.
+	branch map[uint64]string
 }
 
 func (m *Machine) take() Effects {
@@ -467,7 +487,7 @@ func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 		m.onHead(k, h, true, now)
 	case k.kind == kindLogs:
 		if l, ok := parseLog(res); ok {
-			m.onLog(k, l, true, now)
+			m.onLog(k, l, true, true, now)
 		} else {
 			m.deliver(k, true, nil)
 		}
@@ -553,6 +573,12 @@ func (m *Machine) Tick(now time.Time) Effects {
 	}
 	for _, key := range m.keysWithJobs() {
 		k := m.keys[key] // each key's effects touch that key only: its job still runs
+		if j := k.job; j.wait && !now.Before(j.waitUntil) {
+			// No head named the held log's block in time: the machine
+			// finds where it belongs itself.
+			m.findForkFor(k, now)
+			continue
+		}
 		if !now.Before(k.job.deadline) {
 			m.giveUp(k, "timeout", now)
 			continue
@@ -705,7 +731,9 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 	j := k.job
 	m.dropRequests(k.key)
 	k.job = nil
-	m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
+	if !j.wait {
+		m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
+	}
 	if k.kind == kindLogs && k.owedTo != 0 {
 		// A head jump came while it ran: its blocks next, ahead of
 		// what is held.
@@ -714,6 +742,14 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 		m.startJump(k, from, to, nil, now)
 		return
 	}
+	m.runHeld(k, !j.forLog, now)
+}
+
+// runHeld runs the pushes k held through the usual rules, in order, until
+// one of them starts another job (the rest wait for it). fresh says held
+// logs are placed as live pushes are (place): they were held only while
+// the key waited for heads, or behind a job that did not look for them.
+func (m *Machine) runHeld(k *keyState, fresh bool, now time.Time) {
 	held := k.held
 	k.held = nil
 	var removedAt map[string]int
@@ -744,7 +780,7 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 					// dropped by onLog.
 					continue
 				}
-				m.onLog(k, l, false, now)
+				m.onLog(k, l, false, fresh, now)
 				continue
 			}
 		}

@@ -1,0 +1,318 @@
+package gapfill
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// The push orders a node uses for a reorg's heads and logs: geth's and
+// anvil's log and head feeds are separate, so a reorg's new logs may come
+// before its new heads, after them, or block by block in either order;
+// geth pushes the orphaned logs again with removed:true (before or after
+// the new ones: another feed), anvil never does; geth after the merge
+// pushes only the new top head.
+type reorgOrder struct {
+	logsFirst bool   // every new log before the first new head
+	perBlock  bool   // block by block: each block's logs, then its head (logsFirst) or the other way round
+	oneHead   bool   // only the new top head is pushed
+	removals  string // "": none (anvil); "before": before anything new; "after": after everything new
+}
+
+func (o reorgOrder) String() string {
+	s := "heads first"
+	if o.logsFirst {
+		s = "logs first"
+	}
+	if o.perBlock {
+		s += ", block by block"
+	}
+	if o.oneHead {
+		s += ", one head"
+	}
+	if o.removals != "" {
+		s += ", removals " + o.removals
+	} else {
+		s += ", no removals"
+	}
+	return s
+}
+
+// reorgOrders are every order the rows below run.
+func reorgOrders() []reorgOrder {
+	var out []reorgOrder
+	for _, logsFirst := range []bool{true, false} {
+		for _, perBlock := range []bool{false, true} {
+			for _, oneHead := range []bool{false, true} {
+				if perBlock && oneHead {
+					continue
+				}
+				for _, rm := range []string{"", "before", "after"} {
+					out = append(out, reorgOrder{logsFirst: logsFirst, perBlock: perBlock, oneHead: oneHead, removals: rm})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// streamCheck follows what one subscriber of the heads key and one of the
+// logs key are delivered, against the two branches of a reorg: a log goes
+// out only when every log standing (delivered, not removed) is on its
+// branch and before it; a removal only of a standing log; a head only as
+// the child of the last one or a reorg's new block (its parent delivered).
+type streamCheck struct {
+	t        *testing.T
+	a, b     map[uint64]blk // the old branch and the new one (sharing blocks up to the fork)
+	standing []lg
+	heads    map[uint64]string
+	last     uint64
+}
+
+func (c *streamCheck) branchOf(hash string) map[uint64]blk {
+	for _, br := range []map[uint64]blk{c.b, c.a} {
+		for _, bl := range br {
+			if bl.hash == hash {
+				return br
+			}
+		}
+	}
+	return nil
+}
+
+func (c *streamCheck) take(h *harness) {
+	c.t.Helper()
+	for i, r := range h.out {
+		switch h.outKeys[i] {
+		case logsKey:
+			c.log(r)
+		case headsKey:
+			c.head(r)
+		}
+	}
+	h.out, h.outKeys = nil, nil
+}
+
+func (c *streamCheck) log(r []byte) {
+	c.t.Helper()
+	l, ok := parseLog(r)
+	if !ok {
+		c.t.Fatalf("logs delivery is no log: %s", r)
+	}
+	if l.removed {
+		i := slices.IndexFunc(c.standing, func(s lg) bool { return s.block == l.block && s.hash == l.hash && s.index == l.index })
+		if i < 0 {
+			c.t.Errorf("removal of %s, which does not stand", logString(l.block, l.hash, l.index, true))
+			return
+		}
+		c.standing = slices.Delete(c.standing, i, i+1)
+		return
+	}
+	br := c.branchOf(l.hash)
+	for _, s := range c.standing {
+		switch {
+		case s.block == l.block && s.hash == l.hash && s.index == l.index:
+			c.t.Errorf("log %s delivered twice", logString(l.block, l.hash, l.index, false))
+		case s.block > l.block || (s.block == l.block && s.index > l.index):
+			c.t.Errorf("log %s after %s: out of order", logString(l.block, l.hash, l.index, false), logString(s.block, s.hash, s.index, false))
+		case br == nil || br[s.block].hash != s.hash:
+			c.t.Errorf("log %s while %s of another branch stands (its removal comes after, or never)",
+				logString(l.block, l.hash, l.index, false), logString(s.block, s.hash, s.index, false))
+		}
+	}
+	c.standing = append(c.standing, lg{l.block, l.hash, l.index, "0xaa"})
+}
+
+func (c *streamCheck) head(r []byte) {
+	c.t.Helper()
+	hd, ok := parseHeader(r)
+	if !ok {
+		c.t.Fatalf("newHeads delivery is no head: %s", r)
+	}
+	if c.heads == nil {
+		c.heads = map[uint64]string{}
+	}
+	if c.last != 0 && !(hd.num <= c.last+1 && hd.parent == c.heads[hd.num-1]) {
+		c.t.Errorf("head %s does not chain to the heads delivered (last %d)", headString(hd.num, hd.hash), c.last)
+	}
+	for n := hd.num + 1; n <= c.last; n++ {
+		delete(c.heads, n)
+	}
+	c.heads[hd.num], c.last = hd.hash, hd.num
+}
+
+// reorgRun is one row: heads and logs keys live on chain a, blocks
+// 11..tip pushed live (each head, then its log), then a reorg of depth
+// onto branch b pushed in order o, then block tip+1 of b. The node answers
+// the machine's requests at once, or (held) only once every push of the
+// reorg is in. It returns the checker, with the streams taken.
+func reorgRun(t *testing.T, cfg Config, depth uint64, sparse string, o reorgOrder, held bool) (*harness, *streamCheck) {
+	t.Helper()
+	const start, tip = 10, 20
+	fork := tip - depth
+	a, b := chainOf(0, 0, 40), chainOf(1, fork, 40)
+	// hasLog: the block of branch br has the key's log (index 0).
+	hasLog := func(br map[uint64]blk, n uint64) bool {
+		switch {
+		case sparse == "old" && br[n].hash == a[n].hash && n == fork+1:
+			return false
+		case sparse == "new" && br[n].hash == b[n].hash && n == fork+1:
+			return false
+		}
+		return true
+	}
+	var logs []lg
+	for n := uint64(1); n <= 40; n++ {
+		if hasLog(a, n) {
+			logs = append(logs, lg{n, a[n].hash, 0, "0xaa"})
+		}
+		if n > fork && hasLog(b, n) {
+			logs = append(logs, lg{n, b[n].hash, 0, "0xaa"})
+		}
+	}
+	nd := &node{chain: a, head: start, logs: logs}
+	h := newHarness(t, cfg, nd)
+	c := &streamCheck{t: t, a: a, b: b}
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.apply(h.m.Live(logsKey, h.now), nil) // baseline: block 10
+	for n := uint64(start + 1); n <= tip; n++ {
+		nd.head = n
+		h.push(headsKey, headJSON(a[n]))
+		if hasLog(a, n) {
+			h.push(logsKey, logJSON(lg{n, a[n].hash, 0, "0xaa"}, false))
+		}
+	}
+	c.take(h)
+	// The reorg.
+	nd.chain = b
+	nd.extra = map[string]blk{}
+	for n := fork + 1; n <= tip; n++ {
+		nd.extra[a[n].hash] = a[n]
+	}
+	if held {
+		nd.hook = func(Send) ([]byte, bool, bool) { return nil, false, true }
+	}
+	pushHead := func(n uint64) {
+		if !o.oneHead || n == tip {
+			h.push(headsKey, headJSON(b[n]))
+		}
+	}
+	pushLog := func(n uint64) {
+		if hasLog(b, n) {
+			h.push(logsKey, logJSON(lg{n, b[n].hash, 0, "0xaa"}, false))
+		}
+	}
+	if o.removals == "before" {
+		for n := fork + 1; n <= tip; n++ {
+			if hasLog(a, n) {
+				h.push(logsKey, logJSON(lg{n, a[n].hash, 0, "0xaa"}, true))
+			}
+		}
+	}
+	switch {
+	case o.perBlock:
+		for n := fork + 1; n <= tip; n++ {
+			if o.logsFirst {
+				pushLog(n)
+				pushHead(n)
+			} else {
+				pushHead(n)
+				pushLog(n)
+			}
+		}
+	case o.logsFirst:
+		for n := fork + 1; n <= tip; n++ {
+			pushLog(n)
+		}
+		for n := fork + 1; n <= tip; n++ {
+			pushHead(n)
+		}
+	default:
+		for n := fork + 1; n <= tip; n++ {
+			pushHead(n)
+		}
+		for n := fork + 1; n <= tip; n++ {
+			pushLog(n)
+		}
+	}
+	if o.removals == "after" {
+		for n := fork + 1; n <= tip; n++ {
+			if hasLog(a, n) {
+				h.push(logsKey, logJSON(lg{n, a[n].hash, 0, "0xaa"}, true))
+			}
+		}
+	}
+	c.take(h)
+	nd.hook = nil
+	for len(h.unans) > 0 {
+		s := h.unans[0]
+		h.unans = h.unans[1:]
+		res, _ := nd.answer(s)
+		h.apply(h.m.Answer(s.ID, res, h.now), nil)
+		c.take(h)
+	}
+	// The next block, then time for what waits.
+	nd.head = tip + 1
+	h.push(headsKey, headJSON(b[tip+1]))
+	h.push(logsKey, logJSON(lg{tip + 1, b[tip+1].hash, 0, "0xaa"}, false))
+	c.take(h)
+	for range 8 {
+		h.tick(h.m.cfg.HeadWait)
+		c.take(h)
+	}
+	return h, c
+}
+
+// sparseRows are the blocks without the key's log in a reorg run: none; the
+// old branch's first block above the fork (the new branch's log of that
+// number replaces no log: the node's first new log is below the old logs
+// standing); the new branch's first block (the node's first new log is
+// above old logs of blocks it replaced).
+var sparseRows = []string{"", "old", "new"}
+
+// TestReorgPushOrders: a live reorg at every depth up to backfill_blocks,
+// pushed in every order a node uses, answered at once or only after the
+// pushes: every logs stream, once its removals are applied, is the
+// canonical chain's logs, and no log of a new block goes out while a log
+// of a block it replaced stands; the heads chain; no gap is counted.
+func TestReorgPushOrders(t *testing.T) {
+	const blocks = 8
+	for depth := uint64(1); depth <= blocks; depth++ {
+		for _, sparse := range sparseRows {
+			for _, o := range reorgOrders() {
+				for _, held := range []bool{false, true} {
+					name := fmt.Sprintf("depth %d, %s", depth, o)
+					if sparse != "" {
+						name += ", no log in the " + sparse + " branch's first block"
+					}
+					if held {
+						name += ", answers after the pushes"
+					}
+					t.Run(name, func(t *testing.T) {
+						reorgRowWithinBound(t, blocks, depth, sparse, o, held)
+					})
+				}
+			}
+		}
+	}
+}
+
+func reorgRowWithinBound(t *testing.T, blocks int, depth uint64, sparse string, o reorgOrder, held bool) {
+	h, c := reorgRun(t, Config{Blocks: blocks}, depth, sparse, o, held)
+	b := c.b
+	var want []lg
+	for n := uint64(11); n <= 21; n++ {
+		if !(sparse == "new" && n == 20-depth+1) {
+			want = append(want, lg{n, b[n].hash, 0, "0xaa"})
+		}
+	}
+	if !slices.Equal(c.standing, want) {
+		t.Errorf("logs standing\n%v\nwant the canonical chain's\n%v", c.standing, want)
+	}
+	if c.last != 21 || c.heads[21] != b[21].hash {
+		t.Errorf("last head %d, want 21 of the new branch", c.last)
+	}
+	if len(h.fullGaps) != 0 {
+		t.Errorf("gaps %+v, want none", h.fullGaps)
+	}
+}
