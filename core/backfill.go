@@ -54,8 +54,12 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 	for _, gap := range g.Gaps {
 		c.obs.BackfillGap(gap.Kind, gap.Reason)
 		args := []any{"kind", gap.Kind, "reason", gap.Reason, "key", logKey(gap.Key)}
+		if gap.From > 0 {
+			args = append(args, "missed_from", gap.From)
+		}
 		if gap.To > 0 {
-			args = append(args, "missed_from", gap.From, "missed_to", gap.To)
+			// Alone: the gap starts deeper than the machine remembers.
+			args = append(args, "missed_to", gap.To)
 		}
 		e.note("subscription gap not closed", args...)
 	}

@@ -107,6 +107,19 @@
 //     thus go out before any log of its replacement, whichever of the
 //     node's feeds comes first; a log below a key's block on its own
 //     branch is counted late with its block named.
+//   - Past the bound: hashes are kept for memory() numbers (Blocks and
+//     UnknownForkDepth more): a newHeads key's delivered heads, the heads
+//     pushed on the connection, the headers seen (pushed or fetched); a
+//     logs key keeps the logs of its last Blocks+1 numbers and, of the
+//     blocks it forgot, their hash and how many logs the node has not
+//     removed. A reorg deeper than a backfill delivers still has its fork
+//     point found (a newHeads walk below its floor goes on by number
+//     against the key's hashes: searchFork), and each key it touches
+//     gets one Gap naming its exact blocks: heads not delivered, blocks
+//     whose logs may be stale (forgotten, never sent removed) or missing
+//     (below the floor). A log of a block such a gap named that cannot go
+//     out in order is part of it; a removal the node pushes of a
+//     forgotten block's log is passed on.
 //   - Other kinds (newPendingTransactions, node-specific ones) cannot be
 //     backfilled: becoming live again counts a gap (not_backfillable).
 //   - A push that does not parse as a head or a log is delivered as it

@@ -22,6 +22,17 @@ func (m *Machine) onLog(k *keyState, l logEntry, live, fresh bool, now time.Time
 		// new branch) tells the subscribers nothing.
 		m.uncover(k, l.block)
 		if !seen(k, l) {
+			if f, ok := k.forgotten[l.block]; ok && fresh && f.hash == l.hash {
+				// Of a block whose logs the key was delivered and no
+				// longer remembers (a reorg deeper than Blocks): as far
+				// as muxd can tell, the subscriber holds it.
+				if f.logs--; f.logs <= 0 {
+					delete(k.forgotten, l.block)
+				} else {
+					k.forgotten[l.block] = f
+				}
+				m.deliver(k, live, l.raw)
+			}
 			return
 		}
 		b := k.blocks[l.block]
@@ -68,6 +79,12 @@ func (m *Machine) onLog(k *keyState, l logEntry, live, fresh bool, now time.Time
 			return
 		}
 		m.removeFrom(k, n)
+	}
+	if f, ok := k.forgotten[l.block]; ok && !fresh && f.hash == l.hash {
+		// Held, of a block whose logs the key no longer remembers: it
+		// cannot go out in order, and was most likely delivered (by the
+		// backfill that ran while it was held).
+		return
 	}
 	if laterDelivered(k, l.block) {
 		// A log of a later block was delivered and stands (not
@@ -177,7 +194,9 @@ func seen(k *keyState, l logEntry) bool {
 	return false
 }
 
-// remember records l as delivered, keeping the last Blocks blocks.
+// remember records l as delivered, keeping the blocks of the last Blocks
+// numbers and the one below them (what one backfill delivers: head-Blocks
+// to head).
 func (m *Machine) remember(k *keyState, l logEntry) {
 	b := k.blocks[l.block]
 	if b == nil || b.hash != l.hash {
@@ -191,8 +210,17 @@ func (m *Machine) remember(k *keyState, l logEntry) {
 			top = max(top, n)
 		}
 		for n := range k.blocks {
-			if n+uint64(m.cfg.Blocks) <= top {
+			if n+uint64(m.cfg.Blocks) < top {
+				if k.forgotten == nil {
+					k.forgotten = map[uint64]forgottenBlock{}
+				}
+				k.forgotten[n] = forgottenBlock{hash: k.blocks[n].hash, logs: len(k.blocks[n].logs)}
 				delete(k.blocks, n)
+			}
+		}
+		for n := range k.forgotten {
+			if n+m.memory() < top {
+				delete(k.forgotten, n)
 			}
 		}
 	}
@@ -271,6 +299,7 @@ const checkWindow = 3
 // canonical hashes of the remembered blocks, from the highest down, to
 // find the fork point (resolveChecks).
 func (m *Machine) findFork(k *keyState, j *job, now time.Time) {
+	j.branch = m.branchOf(k)
 	j.checked = map[uint64]string{}
 	j.heldFrom = len(k.held)
 	for n := range k.blocks {
@@ -346,7 +375,7 @@ func forkMoved(k *keyState, j *job) bool {
 // it holds stay held; its deadline stands.
 func (m *Machine) restartChecks(k *keyState, j *job, now time.Time) {
 	m.dropRequests(k.key)
-	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1, forLog: j.forLog, branch: j.branch}
+	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1, forLog: j.forLog}
 	m.findFork(k, j, now)
 }
 
@@ -428,16 +457,49 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 func (m *Machine) fetch(k *keyState, now time.Time) {
 	j := k.job
 	from := k.covered + 1
-	if len(j.replaced) > 0 {
-		low := j.replaced[len(j.replaced)-1]
-		if j.forkOK {
-			low = j.forkAt + 1
-		} else {
-			m.gap(k, "reorg_too_deep")
-		}
-		from = min(from, low)
+	if len(j.replaced) == 0 {
+		m.fetchRange(k, from, true, now)
+		return
 	}
-	m.fetchRange(k, from, now)
+	// A reorg replaced blocks the key knew, from above the fork point
+	// (or, when no block the key knows kept its hash, from at most the
+	// lowest replaced one; a block at or below where the key started is
+	// not its concern).
+	low := j.replaced[len(j.replaced)-1]
+	forkKnown := j.forkOK || low <= k.start+1
+	replacedFrom := low
+	if j.forkOK {
+		replacedFrom = j.forkAt + 1
+	} else if forkKnown {
+		replacedFrom = max(low, k.start+1)
+	}
+	from = min(from, replacedFrom)
+	if gapFrom, gapTo, deep := m.deepReorg(k, j, replacedFrom, forkKnown, from); deep {
+		m.gapBlocks(k, "reorg_too_deep", gapFrom, gapTo)
+		m.fetchRange(k, from, false, now)
+		return
+	}
+	m.fetchRange(k, from, true, now)
+}
+
+// deepReorg tells whether a reorg that replaced logs key k's blocks from
+// replacedFrom on (fork not known: at most from there) reaches past what
+// job j can make good, and which blocks' logs may then be stale or
+// missing: those the key was delivered and forgot (it cannot send them
+// removed), those below the job's floor (not fetched), and with the fork
+// not known, every block from above where the key started.
+func (m *Machine) deepReorg(k *keyState, j *job, replacedFrom uint64, forkKnown bool, from uint64) (gapFrom, gapTo uint64, deep bool) {
+	gapFrom = replacedFrom
+	if lo, hi, ok := k.stale(replacedFrom); ok {
+		gapFrom, gapTo, deep = lo, hi, true
+	}
+	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
+		gapFrom, gapTo, deep = min(gapFrom, from), max(gapTo, floor-1), true
+	}
+	if !forkKnown {
+		gapFrom, gapTo, deep = k.start+1, max(gapTo, replacedFrom-1), true
+	}
+	return gapFrom, gapTo, deep
 }
 
 // quietCovered moves on what the live logs keys with no job running have
@@ -547,7 +609,6 @@ func (m *Machine) forkUnknown(k *keyState, n uint64) bool {
 func (m *Machine) findForkFor(k *keyState, now time.Time) {
 	j := m.startJob(k, now)
 	j.forLog = true
-	j.branch = m.branchOf(k)
 	m.findFork(k, j, now)
 	j.heldFrom = 0
 }
@@ -661,8 +722,36 @@ func (m *Machine) branchOf(k *keyState) map[uint64]string {
 	return branch
 }
 
+// stale returns the blocks from `from` on whose logs logs key k was
+// delivered, forgot and the node has not removed (lowest, highest), and
+// forgets them: a reorg replaced them, and the gap stated names them.
+func (k *keyState) stale(from uint64) (lo, hi uint64, ok bool) {
+	for n := range k.forgotten {
+		if n < from {
+			continue
+		}
+		if !ok || n < lo {
+			lo = n
+		}
+		if !ok || n > hi {
+			hi = n
+		}
+		ok = true
+		delete(k.forgotten, n)
+	}
+	return lo, hi, ok
+}
+
+// offHeads reports whether logs key k covered a block the heads pushed on
+// the connection name under another hash: a backfill took it past them,
+// onto the node's branch as it answered.
+func (m *Machine) offHeads(k *keyState) bool {
+	h, ok := m.nodeHashes[k.covered]
+	return ok && k.coveredHash != "" && h != k.coveredHash
+}
+
 // noteHeader remembers block h's number and parent hash (a hash names one
-// header for good), for branchOf; those more than Blocks+1 below the
+// header for good), for branchOf; those more than memory below the
 // highest are forgotten.
 func (m *Machine) noteHeader(h header) {
 	if m.headers == nil {
@@ -670,9 +759,9 @@ func (m *Machine) noteHeader(h header) {
 	}
 	m.headers[h.hash] = header{num: h.num, hash: h.hash, parent: h.parent}
 	m.topHeader = max(m.topHeader, h.num)
-	if len(m.headers) > 4*(m.cfg.Blocks+2) {
+	if uint64(len(m.headers)) > 4*(m.memory()+2) {
 		for hash, x := range m.headers {
-			if x.num+uint64(m.cfg.Blocks)+1 < m.topHeader {
+			if x.num+m.memory() < m.topHeader {
 				delete(m.headers, hash)
 			}
 		}
@@ -748,12 +837,15 @@ func rememberedHash(k *keyState, n uint64) (string, bool) {
 const ByHashBlocks = 4
 
 // fetchRange asks for the key's logs in blocks [from, j.head] (at most
-// Blocks below the head) and delivers once every answer is in.
-func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
+// Blocks below the head: the blocks below are counted too_long when count
+// says so) and delivers once every answer is in.
+func (m *Machine) fetchRange(k *keyState, from uint64, count bool, now time.Time) {
 	j := k.job
 	j.fetching = true
 	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
-		m.gapBlocks(k, "too_long", from, floor-1)
+		if count {
+			m.gapBlocks(k, "too_long", from, floor-1)
+		}
 		from = floor
 	}
 	if from <= j.head && j.head-from < ByHashBlocks {
@@ -811,11 +903,21 @@ func (m *Machine) noteHead(h header, now time.Time) {
 		if parentMoved {
 			from = h.num - 1
 		}
+		fresh := m.nodeHashes[h.num] != h.hash // not a head pushed again
 		for _, key := range m.sortedKeys() {
 			k := m.keys[key]
 			if k.kind != kindLogs {
 				continue
 			}
+			if m.branchOf(k)[h.num] == h.hash || m.offHeads(k) {
+				// The key is on h's branch already, or on another one
+				// than the heads named so far (a backfill delivered it
+				// before the heads came): the blocks h replaces are not
+				// the key's. Its logs of h's branch are placed as they
+				// come.
+				continue
+			}
+			forkJob := false
 			if k.live && (k.job == nil || k.job.wait) {
 				m.removeBlocks(k, from, func(num uint64, hash string) bool {
 					switch num {
@@ -832,10 +934,16 @@ func (m *Machine) noteHead(h header, now time.Time) {
 					// wait behind the job), below the blocks the key
 					// remembers along the branch the heads named so
 					// far.
-					j := m.startJob(k, now)
-					j.branch = m.branchOf(k)
-					m.findFork(k, j, now)
+					m.findFork(k, m.startJob(k, now), now)
+					forkJob = true
 				}
+			}
+			if lo, hi, ok := k.stale(from); ok && fresh && !forkJob {
+				// Blocks from `from` on were replaced, and the key was
+				// delivered logs there that it no longer remembers: they
+				// stand, stale. (A backfill finding the fork states its
+				// own range.)
+				m.gapBlocks(k, "reorg_too_deep", lo, hi)
 			}
 			m.uncover(k, from)
 		}
@@ -891,7 +999,7 @@ func (m *Machine) noteHashes(h header, parentMoved bool) {
 		clear(m.nodeHashes)
 	}
 	for n := range m.nodeHashes {
-		if n > h.num || n+uint64(m.cfg.Blocks) < h.num {
+		if n > h.num || n+m.memory() < h.num {
 			delete(m.nodeHashes, n)
 		}
 	}
@@ -911,7 +1019,7 @@ func (m *Machine) startJump(k *keyState, from, to uint64, known map[uint64]strin
 	if j.checked == nil {
 		j.checked = map[uint64]string{}
 	}
-	m.fetchRange(k, from, now)
+	m.fetchRange(k, from, true, now)
 }
 
 // afterChunk delivers once every chunk is in, unless the fork point
@@ -930,6 +1038,18 @@ func (m *Machine) afterChunk(k *keyState, now time.Time) {
 		j.late = true
 	}
 	m.deliverLogs(k, now)
+}
+
+// markLate notes that a fetched log of block n is not delivered: it
+// would go after a later one.
+func (j *job) markLate(n uint64) {
+	if !j.late || n < j.lateFrom {
+		j.lateFrom = n
+	}
+	if !j.late || n > j.lateTo {
+		j.lateTo = n
+	}
+	j.late = true
 }
 
 // deliverLogs ends a logs job: the logs of replaced blocks again with
@@ -968,7 +1088,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 			// A later log went out first (the node pushed a later
 			// block's logs before the head that showed the jump):
 			// delivered now, it would break the order.
-			j.late = true
+			j.markLate(l.block)
 			continue
 		}
 		m.remember(k, l)
@@ -980,7 +1100,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		m.gap(k, "failed")
 	}
 	if j.late {
-		m.gap(k, "late")
+		m.gapBlocks(k, "late", j.lateFrom, j.lateTo)
 	}
 	if j.fetching && j.head > k.covered {
 		k.covered, k.coveredHash = j.head, j.checked[j.head]

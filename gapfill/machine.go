@@ -108,8 +108,11 @@ type Gap struct {
 	Reason string // too_long, failed, unavailable, timeout, too_many_held, reorg_too_deep, late, not_backfillable, disabled
 	// Key is the subscription key (its eth_subscribe params), for the log.
 	Key string
-	// From and To are the blocks not delivered, when known (too_long);
-	// both 0 otherwise.
+	// From and To are the blocks the gap is about, when known: for
+	// newHeads the heads not delivered; for logs the blocks whose logs may
+	// be missing or stale (delivered, then replaced by a reorg, and no
+	// longer remembered to be sent removed). Both 0: not known. From 0
+	// with To set: the gap starts deeper than the machine remembers.
 	From, To uint64
 }
 
@@ -151,7 +154,7 @@ type Machine struct {
 	nodeHashes map[uint64]string
 	// headers are the blocks (number, hash, parent) the machine has seen,
 	// pushed or fetched, on any connection and branch, for the last
-	// Blocks+1 numbers below topHeader: how a logs key's branch is
+	// memory() numbers below topHeader: how a logs key's branch is
 	// followed below the blocks it remembers (branchOf).
 	headers   map[string]header
 	topHeader uint64
@@ -182,16 +185,27 @@ type keyState struct {
 	hashes   map[uint64]string
 	last     uint64
 	haveLast bool
+	first    uint64 // the number of the first head delivered
 
 	// logs: what was delivered, by block, for the last Blocks blocks;
 	// covered is the highest block all of whose logs were delivered;
 	// coveredHash its hash when known ("" otherwise): those logs were
 	// of the branch through that block, which a reorg may replace even
 	// where no log of the key was.
-	blocks      map[uint64]*logBlock
-	covered     uint64
-	coveredHash string
-	haveCovered bool
+	blocks map[uint64]*logBlock
+	// forgotten are the blocks whose logs the key was delivered and no
+	// longer remembers (more than Blocks below its newest), by number:
+	// their hash and how many of those logs the node has not removed. A
+	// reorg that replaces them leaves those logs standing, stale, and the
+	// gap is stated with them.
+	forgotten map[uint64]forgottenBlock
+	// stated is the last range of blocks a reorg_too_deep or too_long
+	// gap named for the key (statedTo 0: none): a log of those blocks
+	// that cannot go out in order is part of that gap, not another one.
+	statedFrom, statedTo uint64
+	covered              uint64
+	coveredHash          string
+	haveCovered          bool
 	// logs: the block the key started after (the node's head when it
 	// became live the first time, as far as known): a head jump from
 	// below it owes nothing before it.
@@ -215,6 +229,12 @@ type keyState struct {
 	held [][]byte // pushes (params.result, copied) held while job runs
 }
 
+// forgottenBlock is what a logs key keeps of a block it forgot.
+type forgottenBlock struct {
+	hash string
+	logs int // delivered and not removed since
+}
+
 type logBlock struct {
 	hash string
 	logs []logEntry // in delivery order
@@ -225,6 +245,7 @@ const (
 	purposeHeadByNumber = "head_by_number"
 	purposeHeadByHash   = "head_by_hash"
 	purposeHeadLatest   = "head_latest" // the node's head, asked when a newHeads key is live again
+	purposeHeadSearch   = "head_search" // a block below a newHeads job's floor, for where its gap starts (searchFork)
 	purposeBaseline     = "logs_baseline"
 	purposeHeadNumber   = "logs_head" // the head block: its number, hash and parent
 	purposeCheckBlock   = "logs_check_block"
@@ -265,6 +286,13 @@ type job struct {
 	chain   []header          // walked, descending from target-1
 	askedBy string            // the hash asked for by hash, if any
 	probed  map[uint64]bool   // numbers at or below the last head asked for by number (probeBelow)
+	// The walk went below floor: the fork point is looked for by number,
+	// from searchAt down, only to state which heads are not delivered
+	// (searchFork); searched holds the node's hashes asked for.
+	search      bool
+	searchAt    uint64
+	searched    map[uint64]string
+	searchAsked uint64 // the lowest number asked for (searchAsked > searchAt: none yet)
 
 	// logs
 	head     uint64 // node's head
@@ -280,6 +308,8 @@ type job struct {
 	fetched  []logEntry
 	missing  bool // a chunk was given up
 	late     bool // a fetched log came after a later one was delivered
+	// lateFrom and lateTo are the blocks of the logs not delivered late.
+	lateFrom, lateTo uint64
 	// heldFrom is how many of the key's held pushes came before the
 	// checks were (last) asked: the checks' answers know of those.
 	heldFrom int
@@ -293,10 +323,9 @@ type job struct {
 	// what it held is then run through the rules for held pushes only,
 	// and cannot start another such job.
 	forLog bool
-	// branch is the chain the heads pushed on the connection named when
-	// the job started (number -> hash), when the key's delivered blocks lie
-	// on it: the hashes of the blocks the key covered where it had no log,
-	// which the checks compare below its remembered blocks.
+	// branch is the branch the key was delivered when the checks were
+	// asked (branchOf): the hashes of the blocks it covered where it had
+	// no log, which the checks compare below its remembered blocks.
 	branch map[uint64]string
 }
 
@@ -317,9 +346,26 @@ func (m *Machine) deliver(k *keyState, live bool, res []byte) {
 
 func (m *Machine) gap(k *keyState, reason string) { m.gapBlocks(k, reason, 0, 0) }
 
+// memory is how many numbers below the newest the machine keeps block
+// hashes for (a newHeads key's delivered heads, the heads pushed on the
+// connection, the headers seen): Blocks, and UnknownForkDepth more, so
+// that the fork point of a reorg deeper than a backfill delivers is still
+// found, and the gap it leaves stated exactly.
+func (m *Machine) memory() uint64 { return uint64(m.cfg.Blocks) + UnknownForkDepth }
+
 // gapBlocks is gap for blocks from to to, which k does not get (0, 0 when
 // not known).
 func (m *Machine) gapBlocks(k *keyState, reason string, from, to uint64) {
+	if k.kind == kindLogs && to != 0 && k.statedTo != 0 && from >= k.statedFrom && to <= k.statedTo {
+		return // within a reorg_too_deep gap already stated for the key
+	}
+	if k.kind == kindLogs && (reason == "reorg_too_deep" || reason == "too_long") && to != 0 {
+		if k.statedTo != 0 && from <= k.statedTo+1 && to+1 >= k.statedFrom {
+			k.statedFrom, k.statedTo = min(k.statedFrom, from), max(k.statedTo, to)
+		} else {
+			k.statedFrom, k.statedTo = from, to
+		}
+	}
 	m.eff.Gaps = append(m.eff.Gaps, Gap{Kind: gapKind(k.name), Reason: reason, Key: k.key, From: from, To: to})
 }
 
@@ -631,6 +677,11 @@ func (m *Machine) keysWithJobs() []string {
 func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 	r.attempts++
 	if r.attempts >= m.cfg.Attempts {
+		if r.purpose == purposeHeadSearch {
+			// Where the gap starts stays unknown; the heads go out.
+			m.searchEnded(k, 0, false, now)
+			return
+		}
 		if r.purpose == purposeGetLogs || r.purpose == purposeLogsByHash || r.purpose == purposeLogsBlock {
 			// That range stays missing; the rest is delivered.
 			k.job.missing = true
@@ -647,13 +698,17 @@ func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 // null handles a null answer: the node has not got the block yet.
 func (m *Machine) null(k *keyState, r *request, now time.Time) {
 	switch r.purpose {
-	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock, purposeLogsBlock:
+	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock, purposeLogsBlock, purposeHeadSearch:
 	default:
 		m.failed(k, r, now)
 		return
 	}
 	r.nulls++
 	if r.nulls > m.cfg.NullRetries {
+		if r.purpose == purposeHeadSearch {
+			m.searchEnded(k, 0, false, now)
+			return
+		}
 		m.giveUp(k, "unavailable", now)
 		return
 	}
@@ -720,6 +775,8 @@ func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time
 	switch r.purpose {
 	case purposeHeadByNumber, purposeHeadByHash:
 		m.headAnswered(k, r, result, now)
+	case purposeHeadSearch:
+		m.searchAnswered(k, r, result, now)
 	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs, purposeLogsBlock, purposeLogsByHash:
 		m.logsAnswered(k, r, result, now)
 	}

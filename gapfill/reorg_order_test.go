@@ -67,6 +67,9 @@ type streamCheck struct {
 	standing []lg
 	heads    map[uint64]string
 	last     uint64
+	// errorf reports a break: a failure within the bound, a note past it
+	// (where the gap states it).
+	errorf func(format string, args ...any)
 }
 
 func (c *streamCheck) branchOf(hash string) map[uint64]blk {
@@ -102,7 +105,7 @@ func (c *streamCheck) log(r []byte) {
 	if l.removed {
 		i := slices.IndexFunc(c.standing, func(s lg) bool { return s.block == l.block && s.hash == l.hash && s.index == l.index })
 		if i < 0 {
-			c.t.Errorf("removal of %s, which does not stand", logString(l.block, l.hash, l.index, true))
+			c.errorf("removal of %s, which does not stand", logString(l.block, l.hash, l.index, true))
 			return
 		}
 		c.standing = slices.Delete(c.standing, i, i+1)
@@ -112,11 +115,11 @@ func (c *streamCheck) log(r []byte) {
 	for _, s := range c.standing {
 		switch {
 		case s.block == l.block && s.hash == l.hash && s.index == l.index:
-			c.t.Errorf("log %s delivered twice", logString(l.block, l.hash, l.index, false))
+			c.errorf("log %s delivered twice", logString(l.block, l.hash, l.index, false))
 		case s.block > l.block || (s.block == l.block && s.index > l.index):
-			c.t.Errorf("log %s after %s: out of order", logString(l.block, l.hash, l.index, false), logString(s.block, s.hash, s.index, false))
+			c.errorf("log %s after %s: out of order", logString(l.block, l.hash, l.index, false), logString(s.block, s.hash, s.index, false))
 		case br == nil || br[s.block].hash != s.hash:
-			c.t.Errorf("log %s while %s of another branch stands (its removal comes after, or never)",
+			c.errorf("log %s while %s of another branch stands (its removal comes after, or never)",
 				logString(l.block, l.hash, l.index, false), logString(s.block, s.hash, s.index, false))
 		}
 	}
@@ -133,7 +136,7 @@ func (c *streamCheck) head(r []byte) {
 		c.heads = map[uint64]string{}
 	}
 	if c.last != 0 && !(hd.num <= c.last+1 && hd.parent == c.heads[hd.num-1]) {
-		c.t.Errorf("head %s does not chain to the heads delivered (last %d)", headString(hd.num, hd.hash), c.last)
+		c.errorf("head %s does not chain to the heads delivered (last %d)", headString(hd.num, hd.hash), c.last)
 	}
 	for n := hd.num + 1; n <= c.last; n++ {
 		delete(c.heads, n)
@@ -172,7 +175,10 @@ func reorgRun(t *testing.T, cfg Config, depth uint64, sparse string, o reorgOrde
 	}
 	nd := &node{chain: a, head: start, logs: logs}
 	h := newHarness(t, cfg, nd)
-	c := &streamCheck{t: t, a: a, b: b}
+	c := &streamCheck{t: t, a: a, b: b, errorf: t.Errorf}
+	if depth > uint64(cfg.Blocks)+1 {
+		c.errorf = t.Logf
+	}
 	h.apply(h.m.Live(headsKey, h.now), nil)
 	h.apply(h.m.Live(logsKey, h.now), nil) // baseline: block 10
 	for n := uint64(start + 1); n <= tip; n++ {
@@ -314,5 +320,135 @@ func reorgRowWithinBound(t *testing.T, blocks int, depth uint64, sparse string, 
 	}
 	if len(h.fullGaps) != 0 {
 		t.Errorf("gaps %+v, want none", h.fullGaps)
+	}
+}
+
+// logsGaps and headsGaps return the gaps counted for one key, as
+// "reason from..to".
+func keyGaps(h *harness, key string) []string {
+	var s []string
+	for _, g := range h.fullGaps {
+		if g.Key == key {
+			s = append(s, fmt.Sprintf("%s %d..%d", g.Reason, g.From, g.To))
+		}
+	}
+	return s
+}
+
+// TestReorgPastBound: a live reorg deeper than what a logs key remembers
+// (backfill_blocks 4: the blocks of the last 4 numbers and the one below,
+// 16..20) in every push order: the key's gap is stated once, with the
+// blocks whose logs may be stale (delivered, forgotten, never removed) or
+// missing (below the backfill's floor): from above the fork point to 15.
+// A newHeads key states the heads it does not get (one head pushed: the
+// backfill delivers 16..20); with every head pushed it misses none. A
+// reorg one deeper than Blocks is still made good.
+func TestReorgPastBound(t *testing.T) {
+	const blocks = 4
+	for depth := uint64(5); depth <= 8; depth++ {
+		fork := 20 - depth
+		for _, o := range reorgOrders() {
+			for _, held := range []bool{false, true} {
+				name := fmt.Sprintf("depth %d, %s", depth, o)
+				if held {
+					name += ", answers after the pushes"
+				}
+				t.Run(name, func(t *testing.T) {
+					h, c := reorgRun(t, Config{Blocks: blocks}, depth, "", o, held)
+					var wantLogs, wantHeads []string
+					// Heads first, the node's removals first: it removed
+					// the forgotten logs itself, and its new logs come
+					// named by their heads: nothing is missed.
+					exact := o.removals == "before" && !o.logsFirst && !o.oneHead
+					if depth > blocks+1 && !exact {
+						reason := "reorg_too_deep"
+						if o.removals == "before" {
+							// The node removed every replaced log
+							// itself: only the new branch's below the
+							// floor are missing.
+							reason = "too_long"
+						}
+						wantLogs = []string{fmt.Sprintf("%s %d..15", reason, fork+1)}
+						if o.oneHead {
+							wantHeads = []string{fmt.Sprintf("reorg_too_deep %d..15", fork+1)}
+						}
+					}
+					if got := keyGaps(h, logsKey); !slices.Equal(got, wantLogs) {
+						t.Errorf("logs gaps %v, want %v", got, wantLogs)
+					}
+					if got := keyGaps(h, headsKey); !slices.Equal(got, wantHeads) {
+						t.Errorf("newHeads gaps %v, want %v", got, wantHeads)
+					}
+					// Outside the blocks stated, the logs standing are
+					// the canonical chain's.
+					var got, want []lg
+					for _, l := range c.standing {
+						if l.block <= fork || l.block > 15 || exact {
+							got = append(got, l)
+						}
+					}
+					for n := uint64(11); n <= 21; n++ {
+						if n <= fork {
+							want = append(want, lg{n, c.a[n].hash, 0, "0xaa"})
+						} else if n > 15 || exact {
+							want = append(want, lg{n, c.b[n].hash, 0, "0xaa"})
+						}
+					}
+					if !slices.Equal(got, want) {
+						t.Errorf("logs standing outside the gap\n%v\nwant\n%v", got, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestReorgPastBoundAcrossCut: the connection is cut, the node reorganises
+// deeper than backfill_blocks (4) and mines on to 24; both keys live again
+// and the node pushes head 24. Each key states its own gap exactly: the
+// newHeads key the new branch's heads it does not get (from above the
+// fork point to 19: the backfill delivers 20..24); the logs key the blocks
+// whose logs may be stale or missing (from above the fork point to 19: it
+// remembered 16..20 and fetches 20..24).
+func TestReorgPastBoundAcrossCut(t *testing.T) {
+	for _, depth := range []uint64{2, 5, 6, 8, 12} {
+		t.Run(fmt.Sprintf("depth %d", depth), func(t *testing.T) {
+			fork := 20 - depth
+			a, b := chainOf(0, 0, 40), chainOf(1, fork, 40)
+			var logs []lg
+			for n := uint64(1); n <= 40; n++ {
+				logs = append(logs, lg{n, a[n].hash, 0, "0xaa"})
+				if n > fork {
+					logs = append(logs, lg{n, b[n].hash, 0, "0xaa"})
+				}
+			}
+			nd := &node{chain: a, head: 10, logs: logs}
+			h := newHarness(t, Config{Blocks: 4}, nd)
+			h.apply(h.m.Live(headsKey, h.now), nil)
+			h.apply(h.m.Live(logsKey, h.now), nil)
+			for n := uint64(11); n <= 20; n++ {
+				nd.head = n
+				h.push(headsKey, headJSON(a[n]))
+				h.push(logsKey, logJSON(lg{n, a[n].hash, 0, "0xaa"}, false))
+			}
+			h.m.Disconnected()
+			nd.chain, nd.head = b, 24
+			h.apply(h.m.Live(headsKey, h.now), nil)
+			h.apply(h.m.Live(logsKey, h.now), nil)
+			h.push(headsKey, headJSON(b[24]))
+			h.push(logsKey, logJSON(lg{24, b[24].hash, 0, "0xaa"}, false))
+			for range 4 {
+				h.tick(h.m.cfg.RetryDelay)
+			}
+			// Both keys started above block 10: nothing below 11 was
+			// owed to them.
+			want := []string{fmt.Sprintf("reorg_too_deep %d..19", max(fork+1, 11))}
+			if got := keyGaps(h, headsKey); !slices.Equal(got, want) {
+				t.Errorf("newHeads gaps %v, want %v", got, want)
+			}
+			if got := keyGaps(h, logsKey); !slices.Equal(got, want) {
+				t.Errorf("logs gaps %v, want %v", got, want)
+			}
+		})
 	}
 }
