@@ -92,21 +92,22 @@
 //     before the head that showed the jump, and skipped the others) is
 //     not delivered and the gap is counted (late). With no newHeads key
 //     live, a live connection's jumps are not seen.
-//   - logs on a live connection with heads (a head was pushed on it): a
-//     live log is placed against the heads before it goes out (place).
-//     It goes out when the heads name its block and the key's highest
-//     block at or below it, and no block of the key's lies above it.
-//     A log whose block is above the heads waits for the head that names
-//     it (Config.HeadWait; then a backfill places it); one below them on
-//     a branch they do not name, or under a key's block they skipped,
-//     starts a backfill that finds the fork point (checks by number
-//     against the key's branch, followed below its remembered blocks by
-//     parent hash through the headers seen: branchOf), sends the
-//     replaced blocks' logs removed, fetches the new branch's from the
-//     fork point, then runs the held pushes. Removals of a replaced block
-//     thus go out before any log of its replacement, whichever of the
-//     node's feeds comes first; a log below a key's block on its own
-//     branch is counted late with its block named.
+//   - logs on a connection where a newHeads key is live: a live log is
+//     placed against the heads before it goes out (place). It goes out
+//     when the heads name its block, its branch (by parent hash through
+//     the headers seen) runs through the key's highest block known by
+//     hash, and no block of the key's lies above it. A log whose block
+//     the heads have not reached waits for the head that names it
+//     (Config.HeadWait; then a backfill places it); any other starts a
+//     backfill that finds the fork point (checks by number against the
+//     key's branch, followed below its remembered blocks through the
+//     same headers: branchOf), sends the replaced blocks' logs removed,
+//     fetches the new branch's from the fork point, then runs the held
+//     pushes. Removals of a replaced block thus go out before any log of
+//     its replacement, whichever of the node's feeds comes first; a log
+//     below a key's block on its own branch is counted late with its
+//     block named. A log held before the answer that covered its block
+//     came in, and not in it, is stale and dropped (dropFetchedStale).
 //   - Past the bound: hashes are kept for memory() numbers (Blocks and
 //     UnknownForkDepth more): a newHeads key's delivered heads, the heads
 //     pushed on the connection, the headers seen (pushed or fetched); a

@@ -46,7 +46,7 @@ func (m *Machine) onLog(k *keyState, l logEntry, live, fresh bool, now time.Time
 	if seen(k, l) {
 		return
 	}
-	if fresh && m.haveNodeHead {
+	if fresh && m.headsLive() {
 		switch m.place(k, l) {
 		case placeWait:
 			m.waitForHeads(k, l, now)
@@ -277,6 +277,11 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 			logs = append(logs, l)
 		}
 		j.fetched = append(j.fetched, logs...)
+		a := logsAnswer{from: r.num, to: r.to, held: len(k.held)}
+		if r.purpose == purposeLogsByHash {
+			a.to, a.hash = r.num, r.hash
+		}
+		j.answers = append(j.answers, a)
 		j.chunks--
 		m.afterChunk(k, now)
 	}
@@ -630,20 +635,19 @@ const (
 	placeLate        // a later block's logs, on its branch, went out first
 )
 
-// place tells where live log l stands, on a connection whose heads the
-// machine follows. A log continues what its key was delivered only when
-// the heads name its block (its hash at its number) and every block of the
-// key's the heads name on that branch is the key's, none above l's: the
-// node's log and head feeds are separate, and a reorg's new logs may come
-// before its new heads, so a log is never taken on trust against them.
-// Until the heads reach its block it waits; below them, on a branch they
-// do not name, a backfill finds the fork point; removals of the blocks
-// it replaced then go out before it.
+// place tells where live log l stands, on a connection where a newHeads
+// key is live. A log continues what its key was delivered only when the
+// heads pushed name its block (its hash at its number) and its branch, by
+// parent hash through the headers seen, runs through the key's highest
+// block known by hash (its last log's, or the one it covered), with no
+// block of the key's above it: the node's log and head feeds are separate,
+// and a reorg's new logs may come before its new heads, so a log is never
+// taken on trust against them. Until the heads reach its block it waits;
+// below them on a branch they do not name, or one not known to run through
+// the key's blocks, a backfill finds the fork point; removals of the
+// blocks it replaced then go out before it.
 func (m *Machine) place(k *keyState, l logEntry) int {
-	if m.nodeHashes[l.block] != l.hash {
-		if l.block <= m.nodeHead {
-			return placeFork
-		}
+	if !m.haveNodeHead || (m.nodeHashes[l.block] != l.hash && l.block > m.nodeHead) {
 		for b, blk := range k.blocks {
 			if b > l.block || (b == l.block && blk.hash != l.hash) {
 				return placeFork
@@ -651,39 +655,67 @@ func (m *Machine) place(k *keyState, l logEntry) int {
 		}
 		return placeWait
 	}
-	low := m.nodeHead
-	for n := range m.nodeHashes {
-		low = min(low, n)
-	}
-	var top uint64 // the key's highest block at or below l's
-	haveTop := false
-	for b, blk := range k.blocks {
-		h, named := m.nodeHashes[b]
-		switch {
-		case b > l.block && named && h == blk.hash:
-			return placeLate
-		case b > l.block:
-			return placeFork
-		case !haveTop || b > top:
-			top, haveTop = b, true
-		}
-	}
-	if _, named := m.nodeHashes[top]; haveTop && !named && top >= low {
-		// The heads skipped it (a jump): l's branch is not known to run
-		// through it.
+	if m.nodeHashes[l.block] != l.hash {
 		return placeFork
 	}
-	// A block of the key's the heads name under another hash is replaced:
-	// the usual rules send it removed first (or find the fork below it).
-	if k.haveCovered && k.coveredHash != "" && k.covered >= low && (!haveTop || k.covered > top) {
-		if h, named := m.nodeHashes[k.covered]; !named || (h != k.coveredHash && k.covered < l.block) {
-			// The key covered a branch the heads no longer name, where it
-			// had no log: the new branch's blocks below l's may hold logs
-			// not delivered yet.
+	// The key's highest block known by hash at or below l's: l's branch
+	// must run through it.
+	var at uint64
+	var atHash string
+	have := false
+	for b, blk := range k.blocks {
+		if b > l.block {
+			if h, named := m.nodeHashes[b]; named && h == blk.hash {
+				return placeLate
+			}
+			return placeFork
+		}
+		if !have || b > at {
+			at, atHash, have = b, blk.hash, true
+		}
+	}
+	if k.haveCovered && k.coveredHash != "" {
+		if k.covered > l.block {
+			// A block the key covered: l's only if it is on that
+			// branch (a log the node pushed late).
+			if h, ok := m.linked(k.covered, k.coveredHash, l.block); !ok || h != l.hash {
+				return placeFork
+			}
+		} else if !have || k.covered > at {
+			at, atHash, have = k.covered, k.coveredHash, true
+		}
+	}
+	if have {
+		if h, ok := m.linked(l.block, l.hash, at); !ok || h != atHash {
 			return placeFork
 		}
 	}
 	return placeOK
+}
+
+// linked returns the hash at number to on the branch of block (num, hash),
+// followed by parent hash through the headers seen; false when they do
+// not reach.
+func (m *Machine) linked(num uint64, hash string, to uint64) (string, bool) {
+	for num > to {
+		h, ok := m.headers[hash]
+		if !ok || h.num != num {
+			return "", false
+		}
+		num, hash = num-1, h.parent
+	}
+	return hash, true
+}
+
+// headsLive reports whether a newHeads key is live on the connection: the
+// node will push heads, which place a log.
+func (m *Machine) headsLive() bool {
+	for _, k := range m.keys {
+		if k.kind == kindHeads && k.live {
+			return true
+		}
+	}
+	return false
 }
 
 // branchOf returns the branch logs key k was delivered (number -> hash)
@@ -862,7 +894,7 @@ func (m *Machine) fetchRange(k *keyState, from uint64, count bool, now time.Time
 			b := min(a+m.cfg.LogsChunk-1, j.head)
 			j.chunks++
 			j.queue = append(j.queue, &request{method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
-				purpose: purposeGetLogs, num: a})
+				purpose: purposeGetLogs, num: a, to: b})
 		}
 	}
 	m.pump(k, now)
@@ -1038,6 +1070,41 @@ func (m *Machine) afterChunk(k *keyState, now time.Time) {
 		j.late = true
 	}
 	m.deliverLogs(k, now)
+}
+
+// dropFetchedStale returns held without the logs logs job j shows stale:
+// held before the answer that covered their block came in (a range, or
+// their very block by hash), and not among what it fetched. The node pushed them before it answered, so their
+// block was no longer on its chain when it did: a reorg orphaned them
+// while the job ran (a node that pushes no removals, or whose removals
+// come later, which then match nothing). Delivered after the job, they
+// would stand beside the branch it delivered.
+func dropFetchedStale(held [][]byte, j *job) [][]byte {
+	if len(j.answers) == 0 {
+		return held
+	}
+	fetched := map[string]bool{}
+	for _, f := range j.fetched {
+		fetched[logID(f)] = true
+	}
+	out := held[:0:0]
+	for i, res := range held {
+		if l, ok := parseLog(res); ok && !l.removed && !fetched[logID(l)] {
+			stale := false
+			for _, a := range j.answers {
+				// A range answer speaks for the node's chain at those
+				// numbers; one by hash only for that block.
+				if a.from <= l.block && l.block <= a.to && i < a.held && (a.hash == "" || a.hash == l.hash) {
+					stale = true
+				}
+			}
+			if stale {
+				continue
+			}
+		}
+		out = append(out, res)
+	}
+	return out
 }
 
 // markLate notes that a fetched log of block n is not delivered: it

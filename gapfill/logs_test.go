@@ -346,10 +346,16 @@ func TestLogsStaleAfterJob(t *testing.T) {
 			if got := h.deliveredLogs(); !slices.Equal(got, want) {
 				t.Fatalf("delivered\n%v\nwant\n%v", got, want)
 			}
-			// Counted once per log: a stale one cannot be told from a
+			// Held before the backfill's answer for block 8 came in,
+			// without being in it: stale, dropped. Pushed after it,
+			// counted once per log: a stale one cannot be told from a
 			// canonical one the backfill's answers skipped.
-			if want := []Gap{{Kind: "logs", Reason: "late"}, {Kind: "logs", Reason: "late"}}; !slices.Equal(h.gaps, want) {
-				t.Fatalf("gaps %v, want %v", h.gaps, want)
+			var wantGaps []Gap
+			if !heldA {
+				wantGaps = []Gap{{Kind: "logs", Reason: "late"}, {Kind: "logs", Reason: "late"}}
+			}
+			if !slices.Equal(h.gaps, wantGaps) {
+				t.Fatalf("gaps %v, want %v", h.gaps, wantGaps)
 			}
 		})
 	}

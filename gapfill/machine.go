@@ -262,11 +262,19 @@ type request struct {
 	params   []byte
 	purpose  string
 	num      uint64 // block number it is about (by number, check, range start)
+	to       uint64 // range end (eth_getLogs by range)
 	hash     string // by hash
 	deadline time.Time
 	retryAt  time.Time // zero while in flight
 	attempts int
 	nulls    int
+}
+
+// logsAnswer is what one eth_getLogs answer of a job covered.
+type logsAnswer struct {
+	from, to uint64
+	hash     string // the block asked for by hash ("" for a range)
+	held     int    // pushes the key held when it came in
 }
 
 // job is one backfill of a key.
@@ -314,6 +322,10 @@ type job struct {
 	// checks were (last) asked: the checks' answers know of those.
 	heldFrom int
 	restarts int // times the fork moved under the job (restartChecks)
+	// answers are the blocks each eth_getLogs answer covered and how many
+	// pushes the key held when it came in: those came before the answer
+	// that says which logs those blocks hold (dropFetchedStale).
+	answers []logsAnswer
 	// wait: the job sends nothing: it holds a live log whose block the
 	// heads pushed on the connection have not named yet (place), until a
 	// head names it or waitUntil passes (then it finds the fork itself).
@@ -790,6 +802,9 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 	k.job = nil
 	if !j.wait {
 		m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
+	}
+	if k.kind == kindLogs {
+		k.held = dropFetchedStale(k.held, j)
 	}
 	if k.kind == kindLogs && k.owedTo != 0 {
 		// A head jump came while it ran: its blocks next, ahead of

@@ -63,7 +63,8 @@ func reorgOrders() []reorgOrder {
 // the child of the last one or a reorg's new block (its parent delivered).
 type streamCheck struct {
 	t        *testing.T
-	a, b     map[uint64]blk // the old branch and the new one (sharing blocks up to the fork)
+	a, b     map[uint64]blk   // the old branch and the new one (sharing blocks up to the fork)
+	more     []map[uint64]blk // other branches
 	standing []lg
 	heads    map[uint64]string
 	last     uint64
@@ -73,7 +74,7 @@ type streamCheck struct {
 }
 
 func (c *streamCheck) branchOf(hash string) map[uint64]blk {
-	for _, br := range []map[uint64]blk{c.b, c.a} {
+	for _, br := range append([]map[uint64]blk{c.b, c.a}, c.more...) {
 		for _, bl := range br {
 			if bl.hash == hash {
 				return br
@@ -450,5 +451,88 @@ func TestReorgPastBoundAcrossCut(t *testing.T) {
 				t.Errorf("logs gaps %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestReorgsBackToBackAnswersAfter: two reorgs in a row, each pushing its
+// new logs before its new heads and no removals (anvil), while the backfill
+// the first one's logs started waits for its answers, which come from the
+// chain after the second. The first reorg's logs the second orphaned were
+// held before the answers that left them out: they are stale and never go
+// out, and the stream ends on the chain as it is. (Found with anvil: a log
+// of the first new branch went out after the backfill delivered the
+// second's.)
+func TestReorgsBackToBackAnswersAfter(t *testing.T) {
+	a, b := chainOf(0, 0, 40), chainOf(1, 11, 40)
+	c := chainOf(2, 11, 40)
+	for n := uint64(12); n <= 14; n++ {
+		c[n] = b[n]
+	}
+	c15 := c[15]
+	c15.parent = b[14].hash
+	c[15] = c15
+	var logs []lg
+	for n := uint64(1); n <= 40; n++ {
+		logs = append(logs, lg{n, a[n].hash, 0, "0xaa"})
+		if n > 11 {
+			logs = append(logs, lg{n, b[n].hash, 0, "0xaa"})
+		}
+		if n > 14 && n != 16 { // the second new branch has no log in 16
+			logs = append(logs, lg{n, c[n].hash, 0, "0xaa"})
+		}
+	}
+	nd := &node{chain: a, head: 10, logs: logs, extra: map[string]blk{}}
+	h := newHarness(t, Config{Blocks: 8}, nd)
+	sc := &streamCheck{t: t, a: a, b: b, more: []map[uint64]blk{c}, errorf: t.Errorf}
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	h.apply(h.m.Live(logsKey, h.now), nil)
+	for n := uint64(11); n <= 16; n++ {
+		nd.head = n
+		h.push(headsKey, headJSON(a[n]))
+		h.push(logsKey, logJSON(lg{n, a[n].hash, 0, "0xaa"}, false))
+	}
+	sc.take(h)
+	for n := uint64(12); n <= 16; n++ {
+		nd.extra[a[n].hash], nd.extra[b[n].hash] = a[n], b[n]
+	}
+	nd.hook = func(Send) ([]byte, bool, bool) { return nil, false, true }
+	nd.chain = b
+	for n := uint64(12); n <= 16; n++ {
+		h.push(logsKey, logJSON(lg{n, b[n].hash, 0, "0xaa"}, false))
+	}
+	for n := uint64(12); n <= 16; n++ {
+		h.push(headsKey, headJSON(b[n]))
+	}
+	nd.chain = c
+	h.push(logsKey, logJSON(lg{15, c[15].hash, 0, "0xaa"}, false))
+	h.push(headsKey, headJSON(c[15]))
+	h.push(headsKey, headJSON(c[16]))
+	sc.take(h)
+	nd.hook = nil
+	for len(h.unans) > 0 {
+		s := h.unans[0]
+		h.unans = h.unans[1:]
+		res, _ := nd.answer(s)
+		h.apply(h.m.Answer(s.ID, res, h.now), nil)
+		sc.take(h)
+	}
+	nd.head = 17
+	h.push(headsKey, headJSON(c[17]))
+	h.push(logsKey, logJSON(lg{17, c[17].hash, 0, "0xaa"}, false))
+	for range 4 {
+		h.tick(h.m.cfg.HeadWait)
+	}
+	sc.take(h)
+	var want []lg
+	for n := uint64(11); n <= 17; n++ {
+		if n != 16 {
+			want = append(want, lg{n, c[n].hash, 0, "0xaa"})
+		}
+	}
+	if !slices.Equal(sc.standing, want) {
+		t.Errorf("logs standing\n%v\nwant the chain's\n%v", sc.standing, want)
+	}
+	if len(h.fullGaps) != 0 {
+		t.Errorf("gaps %+v, want none", h.fullGaps)
 	}
 }
