@@ -111,6 +111,7 @@ func New(cfg Config) (*Server, error) {
 		DenyMethods:        cfg.DenyMethods,
 		RetryMethods:       cfg.RetryMethods,
 		BackfillBlocks:     backfill,
+		GapNotices:         cfg.SubscriptionGapNotices,
 		CoalesceMethods:    cfg.CoalesceMethods,
 		CacheBytes:         max(cfg.CacheBytes, 0),
 		ReportHeads:        len(cfg.Upstreams) > 1,

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/ethereum/go-ethereum/rpc"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -546,24 +547,29 @@ func gapLines(t *testing.T, log string) []gapLine {
 // TestAnvilReorgPastBound: with backfill_blocks 4, anvil reorganises 8
 // blocks deep, every old block holding logs. muxd cannot send all the
 // orphaned logs removed (it remembers the last 4 numbers and the one
-// below), so it says so: the logs subscription's gap names blocks from
-// above the fork point that cover every old log left standing, and no
-// block outside the reorg; outside those blocks its logs are eth_getLogs'
-// exactly. The newHeads subscription (anvil pushes every new head) misses
-// nothing and states no gap.
+// below), so it says so: the logs subscription's gap names exactly the
+// blocks from above the fork point to the last one it forgot, in the log
+// and (subscription_gap_notices on) in band to its clients; outside those
+// blocks its logs are eth_getLogs' exactly. The newHeads subscription
+// (anvil pushes every new head) misses nothing and states no gap.
 func TestAnvilReorgPastBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs anvil for about 20 s")
 	}
 	const depth = 8
 	a := startAnvil(t)
-	md := startMuxd(t, a.wsURL(), func(c *mux.Config) { c.BackfillBlocks = 4 })
+	md := startMuxd(t, a.wsURL(), func(c *mux.Config) { c.BackfillBlocks = 4; c.SubscriptionGapNotices = true })
 	node := dial(t, a.wsURL())
 	var accts []string
 	call(t, node, &accts, "eth_accounts")
 	contract := deploy(t, node, accts[0])
 	via := dial(t, md.wsURL)
 	filter := map[string]any{"address": contract}
+	// A raw client of the same logs subscription, which reads the gap
+	// notice (go-ethereum's client, above, ignores it: its method does not
+	// end in _subscription).
+	rc := dialRaw(t, md.wsURL)
+	rc.send(t, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": []any{"logs", filter}})
 	dHeads := subscribe(t, node, "direct newHeads", "newHeads")
 	mHeads, mLogs := subscribe(t, via, "muxd newHeads", "newHeads"), subscribe(t, via, "muxd logs", "logs", filter)
 	var startHex string
@@ -659,7 +665,94 @@ func TestAnvilReorgPastBound(t *testing.T) {
 	if !slices.Equal(got, wantOut) {
 		t.Errorf("outside the gap, logs standing\n%v\nwant eth_getLogs'\n%v", got, wantOut)
 	}
+	// The raw client was told in band, with the same blocks.
+	notice := rc.await(t, "a gap notice", func(m map[string]json.RawMessage) bool {
+		return string(m["method"]) == `"muxd_subscriptionGap"`
+	})
+	var params struct {
+		Result struct {
+			Kind, Reason, FromBlock, ToBlock string
+		}
+	}
+	if err := json.Unmarshal(notice["params"], &params); err != nil {
+		t.Fatalf("gap notice params: %v", err)
+	}
+	if r := params.Result; r.Kind != "logs" || r.Reason != "reorg_too_deep" || hexNum(t, r.FromBlock) != fork+1 || hexNum(t, r.ToBlock) != reorgTip-5 {
+		t.Errorf("gap notice %+v, want logs reorg_too_deep %d..%d", r, fork+1, reorgTip-5)
+	}
 	t.Logf("fork %d, tip %d: logs gaps %+v", fork, reorgTip, logGaps)
+}
+
+// rawClient is a WebSocket client that keeps every message it reads.
+type rawClient struct {
+	conn    *websocket.Conn
+	mu      sync.Mutex
+	msgs    []map[string]json.RawMessage
+	changed chan struct{}
+}
+
+func dialRaw(t *testing.T, url string) *rawClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	conn.SetReadLimit(-1)
+	c := &rawClient{conn: conn, changed: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, b, err := conn.Read(context.Background())
+			if err != nil {
+				return
+			}
+			var m map[string]json.RawMessage
+			if json.Unmarshal(b, &m) != nil {
+				continue
+			}
+			c.mu.Lock()
+			c.msgs = append(c.msgs, m)
+			close(c.changed)
+			c.changed = make(chan struct{})
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		conn.Close(websocket.StatusNormalClosure, "")
+		<-done
+	})
+	return c
+}
+
+func (c *rawClient) send(t *testing.T, v any) {
+	t.Helper()
+	b, _ := json.Marshal(v)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.conn.Write(ctx, websocket.MessageText, b); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+// await returns the first message read that match accepts, waiting for it.
+func (c *rawClient) await(t *testing.T, what string, match func(map[string]json.RawMessage) bool) map[string]json.RawMessage {
+	t.Helper()
+	var found map[string]json.RawMessage
+	testnode.AwaitWithin(t, what, 30*time.Second, func() (bool, <-chan struct{}) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, m := range c.msgs {
+			if match(m) {
+				found = m
+				return true, nil
+			}
+		}
+		return false, c.changed
+	})
+	return found
 }
 
 // summarize writes the node's messages to muxd one a line, pushes as
