@@ -1,6 +1,7 @@
 package core
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/muxd/muxd/gapfill"
@@ -52,10 +53,18 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 		c.obs.Backfilled("logs", g.LogsBackfilled)
 	}
 	for _, gap := range g.Gaps {
+		if sh := c.subs.byKey[gap.Key]; sh != nil && c.cfg.GapNotices {
+			msg, at := gapNoticeFrame(gap)
+			c.fanout(e, sh, sharedPush{msg: msg, at: at})
+		}
 		c.obs.BackfillGap(gap.Kind, gap.Reason)
 		args := []any{"kind", gap.Kind, "reason", gap.Reason, "key", logKey(gap.Key)}
+		if gap.From > 0 {
+			args = append(args, "missed_from", gap.From)
+		}
 		if gap.To > 0 {
-			args = append(args, "missed_from", gap.From, "missed_to", gap.To)
+			// Alone: the gap starts deeper than the machine remembers.
+			args = append(args, "missed_to", gap.To)
 		}
 		e.note("subscription gap not closed", args...)
 	}
@@ -77,6 +86,45 @@ func gapPushFrame(result []byte) ([]byte, router.Span) {
 	b = append(b, `,"result":`...)
 	b = append(b, result...)
 	b = append(b, "}}"...)
+	return b, at
+}
+
+// GapNoticeMethod is the method of the notification a client gets, when
+// gap notices are on, for a gap in one of its subscriptions that muxd
+// could not close. It does not end in "_subscription": clients route
+// those by subscription id as pushes of the subscription's own kind
+// (go-ethereum's rpc client does by that suffix), and one they cannot
+// decode would end the subscription.
+const GapNoticeMethod = "muxd_subscriptionGap"
+
+// gapNoticeFrame builds the notification for gap, laid out as a push (the
+// subscription id is a placeholder at the returned span, which each
+// member's delivery replaces with its own): params.result holds the
+// subscription kind, the reason, and the blocks it is about as fromBlock
+// and toBlock when known (toBlock alone: the gap starts deeper than muxd
+// remembers).
+func gapNoticeFrame(gap gapfill.Gap) ([]byte, router.Span) {
+	const head = `{"jsonrpc":"2.0","method":"` + GapNoticeMethod + `","params":{"subscription":`
+	const placeholder = `""`
+	b := make([]byte, 0, 192)
+	b = append(b, head...)
+	at := router.Span{Off: len(b), Len: len(placeholder)}
+	b = append(b, placeholder...)
+	b = append(b, `,"result":{"kind":`...)
+	b = strconv.AppendQuote(b, gap.Kind)
+	b = append(b, `,"reason":`...)
+	b = strconv.AppendQuote(b, gap.Reason)
+	if gap.From > 0 {
+		b = append(b, `,"fromBlock":"0x`...)
+		b = strconv.AppendUint(b, gap.From, 16)
+		b = append(b, '"')
+	}
+	if gap.To > 0 {
+		b = append(b, `,"toBlock":"0x`...)
+		b = strconv.AppendUint(b, gap.To, 16)
+		b = append(b, '"')
+	}
+	b = append(b, "}}}"...)
 	return b, at
 }
 

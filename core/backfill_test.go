@@ -98,6 +98,29 @@ func TestBackfillGlue(t *testing.T) {
 			{do: "up", in: res("7", "["+mined(10, 0, "a")+"]"), want: []string{"c1< " + push(`"0xs1"`, mined(10, 0, "a"))},
 				counts: map[string]int{"backfilled logs": 1}},
 		}},
+		{name: "gap_notices_on:_each_client_of_the_key_is_told_in_band", cfg: func(c *Config) { c.BackfillBlocks = 8; c.GapNotices = true }, steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: sub("1", `["newPendingTransactions"]`), want: []string{"up> " + upSub("1", `["newPendingTransactions"]`)}},
+			{do: "up", in: res("1", `"0xaa"`), want: []string{"c1< " + res("1", `"0xs1"`)}},
+			{do: "lost"},
+			{do: "connect", want: []string{"up> " + upSub("2", `["newPendingTransactions"]`)}},
+			{do: "up", in: res("2", `"0xbb"`), want: []string{
+				`c1< {"jsonrpc":"2.0","method":"muxd_subscriptionGap","params":{"subscription":"0xs1","result":{"kind":"newPendingTransactions","reason":"not_backfillable"}}}`,
+			}, counts: map[string]int{"gap newPendingTransactions not_backfillable": 1}},
+		}},
+		{name: "gap_notices_name_the_blocks", cfg: func(c *Config) { c.BackfillBlocks = 2; c.GapNotices = true }, steps: liveHeads([]step{
+			{do: "up", in: push(`"0xaa"`, hdr(16, "a", "9")), want: []string{"c1< " + push(`"0xs1"`, hdr(16, "a", "9"))}},
+			// Head 30: the backfill delivers 28..30; below its floor it
+			// looks for where the gap starts: block 16 is still the
+			// node's.
+			{do: "up", in: push(`"0xaa"`, hdr(30, "e", "d")), want: []string{"up> " + byNumber(2, 28), "up> " + byNumber(3, 29)}},
+			{do: "up", in: res("2", hdr(28, "c", "b"))},
+			{do: "up", in: res("3", hdr(29, "d", "c")), want: []string{"up> " + byNumber(4, 16)}},
+			{do: "up", in: res("4", hdr(16, "a", "9")), want: []string{
+				"c1< " + push(`"0xs1"`, filled(28, "c", "b")), "c1< " + push(`"0xs1"`, filled(29, "d", "c")), "c1< " + push(`"0xs1"`, hdr(30, "e", "d")),
+				`c1< {"jsonrpc":"2.0","method":"muxd_subscriptionGap","params":{"subscription":"0xs1","result":{"kind":"newHeads","reason":"too_long","fromBlock":"0x11","toBlock":"0x1b"}}}`,
+			}},
+		})},
 		{name: "resubscribe_of_a_kind_that_cannot_be_backfilled_counts_a_gap", cfg: backfill, steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: sub("1", `["newPendingTransactions"]`), want: []string{"up> " + upSub("1", `["newPendingTransactions"]`)}},

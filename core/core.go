@@ -53,6 +53,11 @@ type Config struct {
 	RetryMethods  []string
 	// BackfillBlocks is package gapfill's Blocks; <= 0: off.
 	BackfillBlocks int
+	// GapNotices makes every gap the gap machine could not close reach
+	// the affected subscription's clients in band, as a
+	// muxd_subscriptionGap notification (backfill.go), not only the
+	// counters and the log.
+	GapNotices bool
 	// CoalesceMethods are the methods whose identical requests in flight
 	// share one upstream call (coalesce.go); none: off.
 	CoalesceMethods []string

@@ -218,7 +218,8 @@ func (h *harness) render(frame []byte) []string {
 			msg = router.AppendSpliced(nil, d.Msg, d.At, d.ID)
 		}
 		// The shell bounds pushes apart from answers (Delivery.Push).
-		if push := bytes.Contains(msg, []byte(`"method":"eth_subscription"`)); push != d.Push {
+		push := bytes.Contains(msg, []byte(`"method":"eth_subscription"`)) || bytes.Contains(msg, []byte(`"method":"`+GapNoticeMethod+`"`))
+		if push != d.Push {
 			h.t.Errorf("delivery to c%d has Push %v: %s", d.Client, d.Push, msg)
 		}
 		out = append(out, fmt.Sprintf("c%d< %s", d.Client, msg))

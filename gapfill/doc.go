@@ -25,7 +25,8 @@
 // Rules, each covered by a test in heads_test.go or logs_test.go:
 //
 //   - newHeads: the last delivered head (number, hash) and the hashes of
-//     the last Config.Blocks delivered heads are kept per key. A head that
+//     the last Config.Blocks delivered heads and the one below them are
+//     kept per key. A head that
 //     is the child of the last one is delivered. A head already delivered
 //     (same number and hash) is dropped. A key live again (Live) that
 //     gets no push within Config.HeadWait asks for the node's head
@@ -91,6 +92,35 @@
 //     before the head that showed the jump, and skipped the others) is
 //     not delivered and the gap is counted (late). With no newHeads key
 //     live, a live connection's jumps are not seen.
+//   - logs on a connection where a newHeads key is live: a live log is
+//     placed against the heads before it goes out (place). It goes out
+//     when the heads name its block, its branch (by parent hash through
+//     the headers seen) runs through the key's highest block known by
+//     hash, and no block of the key's lies above it. A log whose block
+//     the heads have not reached waits for the head that names it
+//     (Config.HeadWait; then a backfill places it); any other starts a
+//     backfill that finds the fork point (checks by number against the
+//     key's branch, followed below its remembered blocks through the
+//     same headers: branchOf), sends the replaced blocks' logs removed,
+//     fetches the new branch's from the fork point, then runs the held
+//     pushes. Removals of a replaced block thus go out before any log of
+//     its replacement, whichever of the node's feeds comes first; a log
+//     below a key's block on its own branch is counted late with its
+//     block named. A log held before the answer that covered its block
+//     came in, and not in it, is stale and dropped (dropFetchedStale).
+//   - Past the bound: hashes are kept for memory() numbers (Blocks and
+//     UnknownForkDepth more): a newHeads key's delivered heads, the heads
+//     pushed on the connection, the headers seen (pushed or fetched); a
+//     logs key keeps the logs of its last Blocks+1 numbers and, of the
+//     blocks it forgot, their hash and how many logs the node has not
+//     removed. A reorg deeper than a backfill delivers still has its fork
+//     point found (a newHeads walk below its floor goes on by number
+//     against the key's hashes: searchFork), and each key it touches
+//     gets one Gap naming its exact blocks: heads not delivered, blocks
+//     whose logs may be stale (forgotten, never sent removed) or missing
+//     (below the floor). A log of a block such a gap named that cannot go
+//     out in order is part of it; a removal the node pushes of a
+//     forgotten block's log is passed on.
 //   - Other kinds (newPendingTransactions, node-specific ones) cannot be
 //     backfilled: becoming live again counts a gap (not_backfillable).
 //   - A push that does not parse as a head or a log is delivered as it

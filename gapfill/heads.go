@@ -63,11 +63,16 @@ func (m *Machine) recordHead(k *keyState, h header) {
 			delete(k.hashes, n) // a shorter branch replaced them
 		}
 	}
+	if !k.haveLast {
+		k.first = h.num
+	}
 	k.hashes[h.num] = h.hash
 	k.last, k.haveLast = h.num, true
-	if len(k.hashes) > m.cfg.Blocks {
+	// Deeper than Blocks (memory): the fork point of a reorg deeper than
+	// a backfill delivers is still found.
+	if uint64(len(k.hashes)) > m.memory()+1 {
 		for n := range k.hashes {
-			if n+uint64(m.cfg.Blocks) <= h.num {
+			if n+m.memory() < h.num {
 				delete(k.hashes, n)
 			}
 		}
@@ -80,6 +85,9 @@ func (m *Machine) recordHead(k *keyState, h header) {
 // hold. It ends the job when the walk is done.
 func (m *Machine) walk(k *keyState, now time.Time) {
 	j := k.job
+	if j.search {
+		return // the walk is done; the search below the floor ends the job
+	}
 	for j != nil && k.job == j {
 		n := j.cur
 		if n <= k.last {
@@ -89,18 +97,15 @@ func (m *Machine) walk(k *keyState, now time.Time) {
 				return
 			}
 			if !ok {
-				m.gap(k, "reorg_too_deep")
+				// Deeper than the heads remembered: the new branch's
+				// heads from the fork up to n are not delivered.
+				m.gapBlocks(k, "reorg_too_deep", 0, n)
 				m.deliverChain(k, now)
 				return
 			}
 		}
 		if n < j.floor {
-			var from, to uint64 // the heads skipped, when known
-			if k.haveLast && k.last+1 < j.floor {
-				from, to = k.last+1, j.floor-1
-			}
-			m.gapBlocks(k, "too_long", from, to)
-			m.deliverChain(k, now)
+			m.searchFork(k, now)
 			return
 		}
 		h, ok := j.byHash[j.expect]
@@ -130,6 +135,97 @@ func (m *Machine) walk(k *keyState, now time.Time) {
 		}
 		j.cur = n - 1
 	}
+}
+
+// searchFork starts looking for the fork point below newHeads job j's
+// floor, where the walk stops delivering: the node's blocks by number from
+// the last delivered head (or the floor, if lower) down, against the
+// hashes the key remembers, reorgWindow at a time. It is only for the gap:
+// the heads from the fork point up to the floor are not delivered. A gap
+// with no reorg costs one request (the last head is still the node's).
+func (m *Machine) searchFork(k *keyState, now time.Time) {
+	j := k.job
+	if !k.haveLast {
+		m.searchEnded(k, 0, false, now)
+		return
+	}
+	j.search = true
+	j.searchAt = min(j.floor-1, k.last)
+	j.searchAsked = j.searchAt + 1
+	j.searched = map[uint64]string{}
+	m.resolveSearch(k, now)
+}
+
+// resolveSearch takes the answers of the search from searchAt down: the
+// first number whose block is the one the key was delivered is the fork
+// point. It asks what it needs next.
+func (m *Machine) resolveSearch(k *keyState, now time.Time) {
+	j := k.job
+	for {
+		n := j.searchAt
+		want, ok := k.hashes[n]
+		if !ok && n < k.first {
+			// Below the first head the key was delivered: nothing
+			// there was owed to it.
+			m.searchEnded(k, k.first-1, true, now)
+			return
+		}
+		if !ok {
+			m.searchEnded(k, 0, false, now) // deeper than remembered
+			return
+		}
+		got, ok := j.searched[n]
+		if !ok {
+			for j.searchAsked > 0 && j.searchAsked+reorgWindow > n+1 {
+				if _, known := k.hashes[j.searchAsked-1]; !known {
+					break
+				}
+				j.searchAsked--
+				m.enqueue(k, blockByNumber(j.searchAsked, purposeHeadSearch), now)
+			}
+			return
+		}
+		if got == want || n == 0 {
+			m.searchEnded(k, n, got == want, now)
+			return
+		}
+		j.searchAt--
+	}
+}
+
+// searchAnswered takes the node's block at r.num for the search.
+func (m *Machine) searchAnswered(k *keyState, r *request, result []byte, now time.Time) {
+	j := k.job
+	raw, ok := HeaderFromBlock(result)
+	h, ok2 := parseHeader(raw)
+	if !ok || !ok2 || h.num != r.num {
+		m.failed(k, r, now)
+		return
+	}
+	m.noteHeader(h)
+	if !j.search {
+		return
+	}
+	j.searched[r.num] = h.hash
+	m.resolveSearch(k, now)
+}
+
+// searchEnded states newHeads job j's gap below its floor and delivers:
+// with the fork point found at fork, the heads fork+1..floor-1 are not
+// delivered (too_long when fork is the last delivered head: no head was
+// replaced; reorg_too_deep when delivered heads were); not found, the
+// gap is stated up to the floor from an unknown start.
+func (m *Machine) searchEnded(k *keyState, fork uint64, found bool, now time.Time) {
+	j := k.job
+	switch {
+	case !found:
+		m.gapBlocks(k, "too_long", 0, j.floor-1)
+	case k.haveLast && fork < k.last:
+		m.gapBlocks(k, "reorg_too_deep", fork+1, j.floor-1)
+	default:
+		m.gapBlocks(k, "too_long", fork+1, j.floor-1)
+	}
+	m.deliverChain(k, now)
 }
 
 // reorgWindow is how many blocks below a replaced delivered head a
@@ -170,6 +266,7 @@ func (m *Machine) headAnswered(k *keyState, r *request, result []byte, now time.
 	if r.purpose == purposeHeadByNumber {
 		delete(j.numWait, r.num)
 	}
+	m.noteHeader(h)
 	j.byHash[h.hash] = h
 	m.advance(k)
 	m.walk(k, now)

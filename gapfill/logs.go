@@ -9,8 +9,10 @@ import (
 )
 
 // onLog applies the logs rules to log l (no job running). live says l is
-// the push just handed to Push; otherwise l.raw is a held copy.
-func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
+// the push just handed to Push; otherwise l.raw is a held copy. fresh says
+// l is placed as a live push is (place): it is the push just given, or was
+// held only while the key waited (see runHeld).
+func (m *Machine) onLog(k *keyState, l logEntry, live, fresh bool, now time.Time) {
 	if l.removed {
 		// A live reorg: the node says it itself; the log is not
 		// delivered any more. The new branch's logs from this block on
@@ -20,6 +22,17 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 		// new branch) tells the subscribers nothing.
 		m.uncover(k, l.block)
 		if !seen(k, l) {
+			if f, ok := k.forgotten[l.block]; ok && fresh && f.hash == l.hash {
+				// Of a block whose logs the key was delivered and no
+				// longer remembers (a reorg deeper than Blocks): as far
+				// as muxd can tell, the subscriber holds it.
+				if f.logs--; f.logs <= 0 {
+					delete(k.forgotten, l.block)
+				} else {
+					k.forgotten[l.block] = f
+				}
+				m.deliver(k, live, l.raw)
+			}
 			return
 		}
 		b := k.blocks[l.block]
@@ -33,8 +46,22 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 	if seen(k, l) {
 		return
 	}
-	if n, ok := m.replacedBy(k, l, live); ok {
-		if !live {
+	if fresh && m.headsLive() {
+		switch m.place(k, l) {
+		case placeWait:
+			m.waitForHeads(k, l, now)
+			return
+		case placeFork:
+			m.findForkFor(k, now)
+			m.hold(k, l.raw, now)
+			return
+		case placeLate:
+			m.gapBlocks(k, "late", l.block, l.block)
+			return
+		}
+	}
+	if n, ok := m.replacedBy(k, l, fresh); ok {
+		if !fresh {
 			// Delivered under another hash, and not removed: a push
 			// held while a backfill delivered the block as it now is
 			// is stale.
@@ -47,10 +74,17 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 		// send it; the node's own removals then match nothing. When
 		// the fork may lie lower still, a backfill finds it first.
 		if m.forkUnknown(k, n) {
-			m.findForkFor(k, l, now)
+			m.findForkFor(k, now)
+			m.hold(k, l.raw, now)
 			return
 		}
 		m.removeFrom(k, n)
+	}
+	if f, ok := k.forgotten[l.block]; ok && !fresh && f.hash == l.hash {
+		// Held, of a block whose logs the key no longer remembers: it
+		// cannot go out in order, and was most likely delivered (by the
+		// backfill that ran while it was held).
+		return
 	}
 	if laterDelivered(k, l.block) {
 		// A log of a later block was delivered and stands (not
@@ -60,7 +94,7 @@ func (m *Machine) onLog(k *keyState, l logEntry, live bool, now time.Time) {
 		// backfill's range answers straddled a reorg and delivered
 		// another branch's block here. Delivered now it would break the
 		// order; it is counted as late, as a fetched one is.
-		m.gap(k, "late")
+		m.gapBlocks(k, "late", l.block, l.block)
 		return
 	}
 	if live {
@@ -160,7 +194,9 @@ func seen(k *keyState, l logEntry) bool {
 	return false
 }
 
-// remember records l as delivered, keeping the last Blocks blocks.
+// remember records l as delivered, keeping the blocks of the last Blocks
+// numbers and the one below them (what one backfill delivers: head-Blocks
+// to head).
 func (m *Machine) remember(k *keyState, l logEntry) {
 	b := k.blocks[l.block]
 	if b == nil || b.hash != l.hash {
@@ -174,8 +210,17 @@ func (m *Machine) remember(k *keyState, l logEntry) {
 			top = max(top, n)
 		}
 		for n := range k.blocks {
-			if n+uint64(m.cfg.Blocks) <= top {
+			if n+uint64(m.cfg.Blocks) < top {
+				if k.forgotten == nil {
+					k.forgotten = map[uint64]forgottenBlock{}
+				}
+				k.forgotten[n] = forgottenBlock{hash: k.blocks[n].hash, logs: len(k.blocks[n].logs)}
 				delete(k.blocks, n)
+			}
+		}
+		for n := range k.forgotten {
+			if n+m.memory() < top {
+				delete(k.forgotten, n)
 			}
 		}
 	}
@@ -191,6 +236,7 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 			m.failed(k, r, now)
 			return
 		}
+		m.noteHeader(h)
 		j.head, j.haveHead = h.num, true
 		j.checked[h.num] = h.hash
 		if h.num > 0 {
@@ -203,6 +249,7 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 			m.failed(k, r, now)
 			return
 		}
+		m.noteHeader(h)
 		j.checked[r.num] = h.hash
 		if r.purpose == purposeCheckBlock {
 			m.resolveChecks(k, now)
@@ -230,6 +277,11 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 			logs = append(logs, l)
 		}
 		j.fetched = append(j.fetched, logs...)
+		a := logsAnswer{from: r.num, to: r.to, held: len(k.held)}
+		if r.purpose == purposeLogsByHash {
+			a.to, a.hash = r.num, r.hash
+		}
+		j.answers = append(j.answers, a)
 		j.chunks--
 		m.afterChunk(k, now)
 	}
@@ -252,6 +304,7 @@ const checkWindow = 3
 // canonical hashes of the remembered blocks, from the highest down, to
 // find the fork point (resolveChecks).
 func (m *Machine) findFork(k *keyState, j *job, now time.Time) {
+	j.branch = m.branchOf(k)
 	j.checked = map[uint64]string{}
 	j.heldFrom = len(k.held)
 	for n := range k.blocks {
@@ -327,8 +380,22 @@ func forkMoved(k *keyState, j *job) bool {
 // it holds stay held; its deadline stands.
 func (m *Machine) restartChecks(k *keyState, j *job, now time.Time) {
 	m.dropRequests(k.key)
-	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1}
+	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1, forLog: j.forLog}
 	m.findFork(k, j, now)
+}
+
+// checkBranchBelow adds block n-1 to logs job j's checks when n, a block
+// the key knew, was replaced and nothing the key remembers lies below it,
+// but the branch the key was delivered (j.branch) names n-1: the fork
+// point is looked for there, where the key had no log, rather than
+// guessed.
+func (m *Machine) checkBranchBelow(k *keyState, j *job, n uint64) {
+	if n == 0 || n-1 < k.start || len(j.checks) > 0 {
+		return
+	}
+	if _, ok := j.branch[n-1]; ok {
+		j.checks = append(j.checks, n-1)
+	}
 }
 
 // askChecks asks for the canonical hash of the highest remembered blocks
@@ -361,6 +428,12 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 		}
 		if was, ok := rememberedHash(k, n); ok && was != hash {
 			j.replaced = append(j.replaced, n)
+			m.checkBranchBelow(k, j, n)
+			continue
+		}
+		if was, ok := j.branch[n]; ok && was != hash && !j.forkOK {
+			j.replaced = append(j.replaced, n)
+			m.checkBranchBelow(k, j, n)
 			continue
 		}
 		j.forkOK, j.forkAt = true, n
@@ -389,16 +462,49 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 func (m *Machine) fetch(k *keyState, now time.Time) {
 	j := k.job
 	from := k.covered + 1
-	if len(j.replaced) > 0 {
-		low := j.replaced[len(j.replaced)-1]
-		if j.forkOK {
-			low = j.forkAt + 1
-		} else {
-			m.gap(k, "reorg_too_deep")
-		}
-		from = min(from, low)
+	if len(j.replaced) == 0 {
+		m.fetchRange(k, from, true, now)
+		return
 	}
-	m.fetchRange(k, from, now)
+	// A reorg replaced blocks the key knew, from above the fork point
+	// (or, when no block the key knows kept its hash, from at most the
+	// lowest replaced one; a block at or below where the key started is
+	// not its concern).
+	low := j.replaced[len(j.replaced)-1]
+	forkKnown := j.forkOK || low <= k.start+1
+	replacedFrom := low
+	if j.forkOK {
+		replacedFrom = j.forkAt + 1
+	} else if forkKnown {
+		replacedFrom = max(low, k.start+1)
+	}
+	from = min(from, replacedFrom)
+	if gapFrom, gapTo, deep := m.deepReorg(k, j, replacedFrom, forkKnown, from); deep {
+		m.gapBlocks(k, "reorg_too_deep", gapFrom, gapTo)
+		m.fetchRange(k, from, false, now)
+		return
+	}
+	m.fetchRange(k, from, true, now)
+}
+
+// deepReorg tells whether a reorg that replaced logs key k's blocks from
+// replacedFrom on (fork not known: at most from there) reaches past what
+// job j can make good, and which blocks' logs may then be stale or
+// missing: those the key was delivered and forgot (it cannot send them
+// removed), those below the job's floor (not fetched), and with the fork
+// not known, every block from above where the key started.
+func (m *Machine) deepReorg(k *keyState, j *job, replacedFrom uint64, forkKnown bool, from uint64) (gapFrom, gapTo uint64, deep bool) {
+	gapFrom = replacedFrom
+	if lo, hi, ok := k.stale(replacedFrom); ok {
+		gapFrom, gapTo, deep = lo, hi, true
+	}
+	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
+		gapFrom, gapTo, deep = min(gapFrom, from), max(gapTo, floor-1), true
+	}
+	if !forkKnown {
+		gapFrom, gapTo, deep = k.start+1, max(gapTo, replacedFrom-1), true
+	}
+	return gapFrom, gapTo, deep
 }
 
 // quietCovered moves on what the live logs keys with no job running have
@@ -500,14 +606,198 @@ func (m *Machine) forkUnknown(k *keyState, n uint64) bool {
 	return false
 }
 
-// findForkFor holds live log l of a reorg whose fork point is not known
-// and starts a backfill that finds it (as after a reconnect): the
-// replaced blocks' logs go out removed, then the new branch, then l
-// (seen by then, or delivered by the usual rules).
-func (m *Machine) findForkFor(k *keyState, l logEntry, now time.Time) {
-	m.findFork(k, m.startJob(k, now), now)
+// findForkFor starts a backfill that finds where a live log belongs (as
+// after a reconnect), or turns k's wait for heads into one; the caller
+// holds the log behind it. The replaced blocks' logs go out removed, then
+// the new branch, then what is held (the log is seen by then, or run
+// through the rules for held pushes).
+func (m *Machine) findForkFor(k *keyState, now time.Time) {
+	j := m.startJob(k, now)
+	j.forLog = true
+	m.findFork(k, j, now)
+	j.heldFrom = 0
+}
+
+// waitForHeads holds live log l, whose block the heads pushed on the
+// connection have not named yet, until one does (noteHead) or HeadWait
+// passes (Tick: then a backfill finds where it belongs).
+func (m *Machine) waitForHeads(k *keyState, l logEntry, now time.Time) {
+	j := m.startJob(k, now)
+	j.wait, j.waitUntil = true, now.Add(m.cfg.HeadWait)
 	m.hold(k, l.raw, now)
-	k.job.heldFrom = 0
+}
+
+// Where a live log stands against what its key was delivered (place).
+const (
+	placeOK   = iota // on the branch the heads name, as far as the key's blocks go: the usual rules
+	placeWait        // its block is above the heads pushed yet: wait for them
+	placeFork        // its branch is not known: a backfill finds the fork first
+	placeLate        // a later block's logs, on its branch, went out first
+)
+
+// place tells where live log l stands, on a connection where a newHeads
+// key is live. A log continues what its key was delivered only when the
+// heads pushed name its block (its hash at its number) and its branch, by
+// parent hash through the headers seen, runs through the key's highest
+// block known by hash (its last log's, or the one it covered), with no
+// block of the key's above it: the node's log and head feeds are separate,
+// and a reorg's new logs may come before its new heads, so a log is never
+// taken on trust against them. Until the heads reach its block it waits;
+// below them on a branch they do not name, or one not known to run through
+// the key's blocks, a backfill finds the fork point; removals of the
+// blocks it replaced then go out before it.
+func (m *Machine) place(k *keyState, l logEntry) int {
+	if !m.haveNodeHead || (m.nodeHashes[l.block] != l.hash && l.block > m.nodeHead) {
+		for b, blk := range k.blocks {
+			if b > l.block || (b == l.block && blk.hash != l.hash) {
+				return placeFork
+			}
+		}
+		return placeWait
+	}
+	if m.nodeHashes[l.block] != l.hash {
+		return placeFork
+	}
+	// The key's highest block known by hash at or below l's: l's branch
+	// must run through it.
+	var at uint64
+	var atHash string
+	have := false
+	for b, blk := range k.blocks {
+		if b > l.block {
+			if h, named := m.nodeHashes[b]; named && h == blk.hash {
+				return placeLate
+			}
+			return placeFork
+		}
+		if !have || b > at {
+			at, atHash, have = b, blk.hash, true
+		}
+	}
+	if k.haveCovered && k.coveredHash != "" {
+		if k.covered > l.block {
+			// A block the key covered: l's only if it is on that
+			// branch (a log the node pushed late).
+			if h, ok := m.linked(k.covered, k.coveredHash, l.block); !ok || h != l.hash {
+				return placeFork
+			}
+		} else if !have || k.covered > at {
+			at, atHash, have = k.covered, k.coveredHash, true
+		}
+	}
+	if have {
+		if h, ok := m.linked(l.block, l.hash, at); !ok || h != atHash {
+			return placeFork
+		}
+	}
+	return placeOK
+}
+
+// linked returns the hash at number to on the branch of block (num, hash),
+// followed by parent hash through the headers seen; false when they do
+// not reach.
+func (m *Machine) linked(num uint64, hash string, to uint64) (string, bool) {
+	for num > to {
+		h, ok := m.headers[hash]
+		if !ok || h.num != num {
+			return "", false
+		}
+		num, hash = num-1, h.parent
+	}
+	return hash, true
+}
+
+// headsLive reports whether a newHeads key is live on the connection: the
+// node will push heads, which place a log.
+func (m *Machine) headsLive() bool {
+	for _, k := range m.keys {
+		if k.kind == kindHeads && k.live {
+			return true
+		}
+	}
+	return false
+}
+
+// branchOf returns the branch logs key k was delivered (number -> hash)
+// as far as the headers the machine has seen tell it: from each block the
+// key knows by hash (those whose logs it remembers, its covered block),
+// highest first, down by parent hash. It names the blocks where the key
+// had no log, which a reorg may have replaced too.
+func (m *Machine) branchOf(k *keyState) map[uint64]string {
+	type anchor struct {
+		num  uint64
+		hash string
+	}
+	var anchors []anchor
+	for b, blk := range k.blocks {
+		anchors = append(anchors, anchor{b, blk.hash})
+	}
+	if k.haveCovered && k.coveredHash != "" {
+		anchors = append(anchors, anchor{k.covered, k.coveredHash})
+	}
+	slices.SortFunc(anchors, func(x, y anchor) int { return cmp.Compare(y.num, x.num) })
+	branch := map[uint64]string{}
+	for _, a := range anchors {
+		num, hash := a.num, a.hash
+		for {
+			if _, ok := branch[num]; ok {
+				break
+			}
+			branch[num] = hash
+			h, ok := m.headers[hash]
+			if !ok || num == 0 || h.num != num {
+				break
+			}
+			num, hash = num-1, h.parent
+		}
+	}
+	return branch
+}
+
+// stale returns the blocks from `from` on whose logs logs key k was
+// delivered, forgot and the node has not removed (lowest, highest), and
+// forgets them: a reorg replaced them, and the gap stated names them.
+func (k *keyState) stale(from uint64) (lo, hi uint64, ok bool) {
+	for n := range k.forgotten {
+		if n < from {
+			continue
+		}
+		if !ok || n < lo {
+			lo = n
+		}
+		if !ok || n > hi {
+			hi = n
+		}
+		ok = true
+		delete(k.forgotten, n)
+	}
+	return lo, hi, ok
+}
+
+// offHeads reports whether logs key k covered a block the heads pushed on
+// the connection name under another hash: a backfill took it past them,
+// onto the node's branch as it answered.
+func (m *Machine) offHeads(k *keyState) bool {
+	h, ok := m.nodeHashes[k.covered]
+	return ok && k.coveredHash != "" && h != k.coveredHash
+}
+
+// noteHeader remembers block h's number and parent hash (a hash names one
+// header for good), for branchOf; those more than memory below the
+// highest are forgotten.
+func (m *Machine) noteHeader(h header) {
+	if m.headers == nil {
+		m.headers = map[string]header{}
+	}
+	m.headers[h.hash] = header{num: h.num, hash: h.hash, parent: h.parent}
+	m.topHeader = max(m.topHeader, h.num)
+	if uint64(len(m.headers)) > 4*(m.memory()+2) {
+		for hash, x := range m.headers {
+			if x.num+m.memory() < m.topHeader {
+				delete(m.headers, hash)
+			}
+		}
+	}
 }
 
 // removeFrom sends the logs key k was delivered of blocks n and above
@@ -579,12 +869,15 @@ func rememberedHash(k *keyState, n uint64) (string, bool) {
 const ByHashBlocks = 4
 
 // fetchRange asks for the key's logs in blocks [from, j.head] (at most
-// Blocks below the head) and delivers once every answer is in.
-func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
+// Blocks below the head: the blocks below are counted too_long when count
+// says so) and delivers once every answer is in.
+func (m *Machine) fetchRange(k *keyState, from uint64, count bool, now time.Time) {
 	j := k.job
 	j.fetching = true
 	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
-		m.gapBlocks(k, "too_long", from, floor-1)
+		if count {
+			m.gapBlocks(k, "too_long", from, floor-1)
+		}
 		from = floor
 	}
 	if from <= j.head && j.head-from < ByHashBlocks {
@@ -601,7 +894,7 @@ func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 			b := min(a+m.cfg.LogsChunk-1, j.head)
 			j.chunks++
 			j.queue = append(j.queue, &request{method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
-				purpose: purposeGetLogs, num: a})
+				purpose: purposeGetLogs, num: a, to: b})
 		}
 	}
 	m.pump(k, now)
@@ -616,6 +909,7 @@ func (m *Machine) fetchRange(k *keyState, from uint64, now time.Time) {
 // and of the new head, as after a reconnect (a key with a job running
 // fetches them when it ends).
 func (m *Machine) noteHead(h header, now time.Time) {
+	m.noteHeader(h)
 	prev, had := m.nodeHead, m.haveNodeHead
 	m.nodeHead, m.haveNodeHead = h.num, true
 	// A reorg: a head not above the last, or one whose parent is not the
@@ -641,12 +935,22 @@ func (m *Machine) noteHead(h header, now time.Time) {
 		if parentMoved {
 			from = h.num - 1
 		}
+		fresh := m.nodeHashes[h.num] != h.hash // not a head pushed again
 		for _, key := range m.sortedKeys() {
 			k := m.keys[key]
 			if k.kind != kindLogs {
 				continue
 			}
-			if k.live && k.job == nil {
+			if m.branchOf(k)[h.num] == h.hash || m.offHeads(k) {
+				// The key is on h's branch already, or on another one
+				// than the heads named so far (a backfill delivered it
+				// before the heads came): the blocks h replaces are not
+				// the key's. Its logs of h's branch are placed as they
+				// come.
+				continue
+			}
+			forkJob := false
+			if k.live && (k.job == nil || k.job.wait) {
 				m.removeBlocks(k, from, func(num uint64, hash string) bool {
 					switch num {
 					case h.num - 1:
@@ -659,9 +963,19 @@ func (m *Machine) noteHead(h header, now time.Time) {
 				if parentMoved && holdsBelow(k, from) {
 					// The fork may be below the blocks the head
 					// names: find it as after a reconnect (the pushes
-					// wait behind the job).
+					// wait behind the job), below the blocks the key
+					// remembers along the branch the heads named so
+					// far.
 					m.findFork(k, m.startJob(k, now), now)
+					forkJob = true
 				}
+			}
+			if lo, hi, ok := k.stale(from); ok && fresh && !forkJob {
+				// Blocks from `from` on were replaced, and the key was
+				// delivered logs there that it no longer remembers: they
+				// stand, stale. (A backfill finding the fork states its
+				// own range.)
+				m.gapBlocks(k, "reorg_too_deep", lo, hi)
 			}
 			m.uncover(k, from)
 		}
@@ -671,6 +985,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 		m.quietCovered(h.num)
 	}
 	if !had || h.num <= prev+1 {
+		m.releaseWaits(now)
 		return
 	}
 	for _, key := range m.sortedKeys() {
@@ -682,7 +997,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 		if from > h.num {
 			continue
 		}
-		if k.job != nil {
+		if k.job != nil && !k.job.wait {
 			if k.owedTo == 0 || from < k.owedFrom {
 				k.owedFrom = from
 			}
@@ -690,6 +1005,20 @@ func (m *Machine) noteHead(h header, now time.Time) {
 			continue
 		}
 		m.startJump(k, from, h.num, map[uint64]string{h.num: h.hash, h.num - 1: h.parent}, now) // h.num > prev+1 > 0
+	}
+	m.releaseWaits(now)
+}
+
+// releaseWaits runs again the logs each key held while it waited for the
+// heads (waitForHeads), now that a head came: those whose block it named
+// go out, after any removal it caused.
+func (m *Machine) releaseWaits(now time.Time) {
+	for _, key := range m.sortedKeys() {
+		k := m.keys[key]
+		if k.job != nil && k.job.wait {
+			k.job = nil
+			m.runHeld(k, true, now)
+		}
 	}
 }
 
@@ -702,7 +1031,7 @@ func (m *Machine) noteHashes(h header, parentMoved bool) {
 		clear(m.nodeHashes)
 	}
 	for n := range m.nodeHashes {
-		if n > h.num || n+uint64(m.cfg.Blocks) < h.num {
+		if n > h.num || n+m.memory() < h.num {
 			delete(m.nodeHashes, n)
 		}
 	}
@@ -722,7 +1051,7 @@ func (m *Machine) startJump(k *keyState, from, to uint64, known map[uint64]strin
 	if j.checked == nil {
 		j.checked = map[uint64]string{}
 	}
-	m.fetchRange(k, from, now)
+	m.fetchRange(k, from, true, now)
 }
 
 // afterChunk delivers once every chunk is in, unless the fork point
@@ -741,6 +1070,53 @@ func (m *Machine) afterChunk(k *keyState, now time.Time) {
 		j.late = true
 	}
 	m.deliverLogs(k, now)
+}
+
+// dropFetchedStale returns held without the logs logs job j shows stale:
+// held before the answer that covered their block came in (a range, or
+// their very block by hash), and not among what it fetched. The node pushed them before it answered, so their
+// block was no longer on its chain when it did: a reorg orphaned them
+// while the job ran (a node that pushes no removals, or whose removals
+// come later, which then match nothing). Delivered after the job, they
+// would stand beside the branch it delivered.
+func dropFetchedStale(held [][]byte, j *job) [][]byte {
+	if len(j.answers) == 0 {
+		return held
+	}
+	fetched := map[string]bool{}
+	for _, f := range j.fetched {
+		fetched[logID(f)] = true
+	}
+	out := held[:0:0]
+	for i, res := range held {
+		if l, ok := parseLog(res); ok && !l.removed && !fetched[logID(l)] {
+			stale := false
+			for _, a := range j.answers {
+				// A range answer speaks for the node's chain at those
+				// numbers; one by hash only for that block.
+				if a.from <= l.block && l.block <= a.to && i < a.held && (a.hash == "" || a.hash == l.hash) {
+					stale = true
+				}
+			}
+			if stale {
+				continue
+			}
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+// markLate notes that a fetched log of block n is not delivered: it
+// would go after a later one.
+func (j *job) markLate(n uint64) {
+	if !j.late || n < j.lateFrom {
+		j.lateFrom = n
+	}
+	if !j.late || n > j.lateTo {
+		j.lateTo = n
+	}
+	j.late = true
 }
 
 // deliverLogs ends a logs job: the logs of replaced blocks again with
@@ -779,7 +1155,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 			// A later log went out first (the node pushed a later
 			// block's logs before the head that showed the jump):
 			// delivered now, it would break the order.
-			j.late = true
+			j.markLate(l.block)
 			continue
 		}
 		m.remember(k, l)
@@ -791,7 +1167,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		m.gap(k, "failed")
 	}
 	if j.late {
-		m.gap(k, "late")
+		m.gapBlocks(k, "late", j.lateFrom, j.lateTo)
 	}
 	if j.fetching && j.head > k.covered {
 		k.covered, k.coveredHash = j.head, j.checked[j.head]

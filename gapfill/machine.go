@@ -108,8 +108,11 @@ type Gap struct {
 	Reason string // too_long, failed, unavailable, timeout, too_many_held, reorg_too_deep, late, not_backfillable, disabled
 	// Key is the subscription key (its eth_subscribe params), for the log.
 	Key string
-	// From and To are the blocks not delivered, when known (too_long);
-	// both 0 otherwise.
+	// From and To are the blocks the gap is about, when known: for
+	// newHeads the heads not delivered; for logs the blocks whose logs may
+	// be missing or stale (delivered, then replaced by a reorg, and no
+	// longer remembered to be sent removed). Both 0: not known. From 0
+	// with To set: the gap starts deeper than the machine remembers.
 	From, To uint64
 }
 
@@ -149,6 +152,12 @@ type Machine struct {
 	// the last Blocks numbers: what a logs key's covered block is, so
 	// that a backfill can tell whether a reorg replaced it.
 	nodeHashes map[uint64]string
+	// headers are the blocks (number, hash, parent) the machine has seen,
+	// pushed or fetched, on any connection and branch, for the last
+	// memory() numbers below topHeader: how a logs key's branch is
+	// followed below the blocks it remembers (branchOf).
+	headers   map[string]header
+	topHeader uint64
 
 	// headWaits are the newHeads keys live again on this connection that
 	// have had no push yet, with when they ask the node for its head
@@ -193,16 +202,27 @@ type keyState struct {
 	hashes   map[uint64]string
 	last     uint64
 	haveLast bool
+	first    uint64 // the number of the first head delivered
 
 	// logs: what was delivered, by block, for the last Blocks blocks;
 	// covered is the highest block all of whose logs were delivered;
 	// coveredHash its hash when known ("" otherwise): those logs were
 	// of the branch through that block, which a reorg may replace even
 	// where no log of the key was.
-	blocks      map[uint64]*logBlock
-	covered     uint64
-	coveredHash string
-	haveCovered bool
+	blocks map[uint64]*logBlock
+	// forgotten are the blocks whose logs the key was delivered and no
+	// longer remembers (more than Blocks below its newest), by number:
+	// their hash and how many of those logs the node has not removed. A
+	// reorg that replaces them leaves those logs standing, stale, and the
+	// gap is stated with them.
+	forgotten map[uint64]forgottenBlock
+	// stated is the last range of blocks a reorg_too_deep or too_long
+	// gap named for the key (statedTo 0: none): a log of those blocks
+	// that cannot go out in order is part of that gap, not another one.
+	statedFrom, statedTo uint64
+	covered              uint64
+	coveredHash          string
+	haveCovered          bool
 	// logs: the block the key started after (the node's head when it
 	// became live the first time, as far as known): a head jump from
 	// below it owes nothing before it.
@@ -226,6 +246,12 @@ type keyState struct {
 	held [][]byte // pushes (params.result, copied) held while job runs
 }
 
+// forgottenBlock is what a logs key keeps of a block it forgot.
+type forgottenBlock struct {
+	hash string
+	logs int // delivered and not removed since
+}
+
 type logBlock struct {
 	hash string
 	logs []logEntry // in delivery order
@@ -236,6 +262,7 @@ const (
 	purposeHeadByNumber = "head_by_number"
 	purposeHeadByHash   = "head_by_hash"
 	purposeHeadLatest   = "head_latest" // the node's head, asked when a newHeads key is live again
+	purposeHeadSearch   = "head_search" // a block below a newHeads job's floor, for where its gap starts (searchFork)
 	purposeBaseline     = "logs_baseline"
 	purposeHeadNumber   = "logs_head" // the head block: its number, hash and parent
 	purposeCheckBlock   = "logs_check_block"
@@ -252,11 +279,19 @@ type request struct {
 	params   []byte
 	purpose  string
 	num      uint64 // block number it is about (by number, check, range start)
+	to       uint64 // range end (eth_getLogs by range)
 	hash     string // by hash
 	deadline time.Time
 	retryAt  time.Time // zero while in flight
 	attempts int
 	nulls    int
+}
+
+// logsAnswer is what one eth_getLogs answer of a job covered.
+type logsAnswer struct {
+	from, to uint64
+	hash     string // the block asked for by hash ("" for a range)
+	held     int    // pushes the key held when it came in
 }
 
 // job is one backfill of a key.
@@ -276,6 +311,13 @@ type job struct {
 	chain   []header          // walked, descending from target-1
 	askedBy string            // the hash asked for by hash, if any
 	probed  map[uint64]bool   // numbers at or below the last head asked for by number (probeBelow)
+	// The walk went below floor: the fork point is looked for by number,
+	// from searchAt down, only to state which heads are not delivered
+	// (searchFork); searched holds the node's hashes asked for.
+	search      bool
+	searchAt    uint64
+	searched    map[uint64]string
+	searchAsked uint64 // the lowest number asked for (searchAsked > searchAt: none yet)
 
 	// logs
 	head     uint64 // node's head
@@ -291,10 +333,29 @@ type job struct {
 	fetched  []logEntry
 	missing  bool // a chunk was given up
 	late     bool // a fetched log came after a later one was delivered
+	// lateFrom and lateTo are the blocks of the logs not delivered late.
+	lateFrom, lateTo uint64
 	// heldFrom is how many of the key's held pushes came before the
 	// checks were (last) asked: the checks' answers know of those.
 	heldFrom int
 	restarts int // times the fork moved under the job (restartChecks)
+	// answers are the blocks each eth_getLogs answer covered and how many
+	// pushes the key held when it came in: those came before the answer
+	// that says which logs those blocks hold (dropFetchedStale).
+	answers []logsAnswer
+	// wait: the job sends nothing: it holds a live log whose block the
+	// heads pushed on the connection have not named yet (place), until a
+	// head names it or waitUntil passes (then it finds the fork itself).
+	wait      bool
+	waitUntil time.Time
+	// forLog: the job was started to place a log pushed live (findForkFor):
+	// what it held is then run through the rules for held pushes only,
+	// and cannot start another such job.
+	forLog bool
+	// branch is the branch the key was delivered when the checks were
+	// asked (branchOf): the hashes of the blocks it covered where it had
+	// no log, which the checks compare below its remembered blocks.
+	branch map[uint64]string
 }
 
 func (m *Machine) take() Effects {
@@ -314,9 +375,26 @@ func (m *Machine) deliver(k *keyState, live bool, res []byte) {
 
 func (m *Machine) gap(k *keyState, reason string) { m.gapBlocks(k, reason, 0, 0) }
 
+// memory is how many numbers below the newest the machine keeps block
+// hashes for (a newHeads key's delivered heads, the heads pushed on the
+// connection, the headers seen): Blocks, and UnknownForkDepth more, so
+// that the fork point of a reorg deeper than a backfill delivers is still
+// found, and the gap it leaves stated exactly.
+func (m *Machine) memory() uint64 { return uint64(m.cfg.Blocks) + UnknownForkDepth }
+
 // gapBlocks is gap for blocks from to to, which k does not get (0, 0 when
 // not known).
 func (m *Machine) gapBlocks(k *keyState, reason string, from, to uint64) {
+	if k.kind == kindLogs && to != 0 && k.statedTo != 0 && from >= k.statedFrom && to <= k.statedTo {
+		return // within a reorg_too_deep gap already stated for the key
+	}
+	if k.kind == kindLogs && (reason == "reorg_too_deep" || reason == "too_long") && to != 0 {
+		if k.statedTo != 0 && from <= k.statedTo+1 && to+1 >= k.statedFrom {
+			k.statedFrom, k.statedTo = min(k.statedFrom, from), max(k.statedTo, to)
+		} else {
+			k.statedFrom, k.statedTo = from, to
+		}
+	}
 	m.eff.Gaps = append(m.eff.Gaps, Gap{Kind: gapKind(k.name), Reason: reason, Key: k.key, From: from, To: to})
 }
 
@@ -484,7 +562,7 @@ func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 		m.onHead(k, h, true, now)
 	case k.kind == kindLogs:
 		if l, ok := parseLog(res); ok {
-			m.onLog(k, l, true, now)
+			m.onLog(k, l, true, true, now)
 		} else {
 			m.deliver(k, true, nil)
 		}
@@ -570,6 +648,12 @@ func (m *Machine) Tick(now time.Time) Effects {
 	}
 	for _, key := range m.keysWithJobs() {
 		k := m.keys[key] // each key's effects touch that key only: its job still runs
+		if j := k.job; j.wait && !now.Before(j.waitUntil) {
+			// No head named the held log's block in time: the machine
+			// finds where it belongs itself.
+			m.findForkFor(k, now)
+			continue
+		}
 		if !now.Before(k.job.deadline) {
 			m.giveUp(k, "timeout", now)
 			continue
@@ -622,6 +706,11 @@ func (m *Machine) keysWithJobs() []string {
 func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 	r.attempts++
 	if r.attempts >= m.cfg.Attempts {
+		if r.purpose == purposeHeadSearch {
+			// Where the gap starts stays unknown; the heads go out.
+			m.searchEnded(k, 0, false, now)
+			return
+		}
 		if r.purpose == purposeGetLogs || r.purpose == purposeLogsByHash || r.purpose == purposeLogsBlock {
 			// That range stays missing; the rest is delivered.
 			k.job.missing = true
@@ -638,13 +727,17 @@ func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 // null handles a null answer: the node has not got the block yet.
 func (m *Machine) null(k *keyState, r *request, now time.Time) {
 	switch r.purpose {
-	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock, purposeLogsBlock:
+	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock, purposeLogsBlock, purposeHeadSearch:
 	default:
 		m.failed(k, r, now)
 		return
 	}
 	r.nulls++
 	if r.nulls > m.cfg.NullRetries {
+		if r.purpose == purposeHeadSearch {
+			m.searchEnded(k, 0, false, now)
+			return
+		}
 		m.giveUp(k, "unavailable", now)
 		return
 	}
@@ -711,6 +804,8 @@ func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time
 	switch r.purpose {
 	case purposeHeadByNumber, purposeHeadByHash:
 		m.headAnswered(k, r, result, now)
+	case purposeHeadSearch:
+		m.searchAnswered(k, r, result, now)
 	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs, purposeLogsBlock, purposeLogsByHash:
 		m.logsAnswered(k, r, result, now)
 	}
@@ -722,7 +817,12 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 	j := k.job
 	m.dropRequests(k.key)
 	k.job = nil
-	m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
+	if !j.wait {
+		m.eff.Durations = append(m.eff.Durations, now.Sub(j.started))
+	}
+	if k.kind == kindLogs {
+		k.held = dropFetchedStale(k.held, j)
+	}
 	if k.kind == kindLogs && k.owedTo != 0 {
 		// A head jump came while it ran: its blocks next, ahead of
 		// what is held.
@@ -731,6 +831,14 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 		m.startJump(k, from, to, nil, now)
 		return
 	}
+	m.runHeld(k, !j.forLog, now)
+}
+
+// runHeld runs the pushes k held through the usual rules, in order, until
+// one of them starts another job (the rest wait for it). fresh says held
+// logs are placed as live pushes are (place): they were held only while
+// the key waited for heads, or behind a job that did not look for them.
+func (m *Machine) runHeld(k *keyState, fresh bool, now time.Time) {
 	held := k.held
 	k.held = nil
 	var removedAt map[string]int
@@ -761,7 +869,7 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 					// dropped by onLog.
 					continue
 				}
-				m.onLog(k, l, false, now)
+				m.onLog(k, l, false, fresh, now)
 				continue
 			}
 		}

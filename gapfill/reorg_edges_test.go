@@ -312,3 +312,18 @@ func TestLogsChecksFromTheHeadAnswer(t *testing.T) {
 	}
 	t.Logf("delivered %v gaps %v", h.deliveredLogsTo(logsKey), h.gaps)
 }
+
+// TestLogsLateNamesItsBlock: the node skips a log (block 11's) and pushes
+// a later block's first, both on the branch the heads name: the skipped
+// one cannot go out in order, and its gap names its block.
+func TestLogsLateNamesItsBlock(t *testing.T) {
+	h, main, _ := liveWithLogs(t, 8, 9, 10)
+	h.n.head = 12
+	h.push(headsKey, headJSON(main[11]))
+	h.push(headsKey, headJSON(main[12]))
+	h.push(logsKey, logJSON(lg{12, main[12].hash, 0, "0xaa"}, false))
+	h.push(logsKey, logJSON(lg{11, main[11].hash, 0, "0xaa"}, false))
+	if want := []Gap{{Kind: "logs", Reason: "late", Key: logsKey, From: 11, To: 11}}; !slices.Equal(h.fullGaps, want) {
+		t.Errorf("gaps %+v, want %+v", h.fullGaps, want)
+	}
+}

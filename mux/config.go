@@ -188,6 +188,11 @@ type Config struct {
 	// DefaultBackfillBlocks; negative turns backfill off.
 	BackfillBlocks int
 
+	// SubscriptionGapNotices sends a subscription's clients a
+	// muxd_subscriptionGap notification for every gap in it muxd could not
+	// close (subscription_gap_notices; off: the wire is the node's).
+	SubscriptionGapNotices bool
+
 	// CoalesceMethods are the methods whose identical requests in flight
 	// share one upstream call (coalesce_methods); nil means
 	// DefaultCoalesceMethods, an empty non-nil slice turns coalescing off

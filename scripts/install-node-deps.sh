@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the npm packages of the client-library tests (integration/clients:
-# ethers 5, web3.js 4) into integration/clients/node_modules with `npm ci`,
+# ethers 5, web3.js 4) and of the reorg tests (integration/anvil: anvil) into
+# each folder's node_modules with `npm ci`,
 # exactly as package-lock.json pins them (versions and integrity hashes),
 # unless that lockfile is already what is installed. Needs Node.js 20+ and
 # npm on $PATH and the npm registry the first time. Progress goes to stderr;
@@ -12,10 +13,6 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dir="$repo/integration/clients"
-# Written after a successful install: the lockfile's checksum, so an
-# unchanged lockfile is not installed again on every `make test`.
-stamp="$dir/node_modules/.muxd-installed-lock"
 
 for tool in node npm; do
 	if ! command -v "$tool" >/dev/null 2>&1; then
@@ -29,17 +26,30 @@ if ((major < 20)); then
 	exit 1
 fi
 
-want="$(cd "$dir" && sha256sum package-lock.json package.json)"
-if [[ -f "$stamp" && "$(<"$stamp")" == "$want" ]]; then
-	echo "install-node-deps: $dir/node_modules already matches package-lock.json" >&2
-	exit 0
-fi
+# install DIR: npm ci in DIR unless its node_modules already matches its
+# lockfile.
+install() {
+	local dir="$1"
+	# Written after a successful install: the lockfile's checksum, so an
+	# unchanged lockfile is not installed again on every `make test`.
+	local stamp="$dir/node_modules/.muxd-installed-lock" want start
+	want="$(cd "$dir" && sha256sum package-lock.json package.json)"
+	if [[ -f "$stamp" && "$(<"$stamp")" == "$want" ]]; then
+		echo "install-node-deps: $dir/node_modules already matches package-lock.json" >&2
+		return 0
+	fi
+	echo "install-node-deps: npm ci in $dir (node $(node --version), npm $(npm --version))" >&2
+	start=$SECONDS
+	# npm ci installs exactly the lockfile (and fails if package.json and
+	# the lockfile disagree). No install scripts run: these packages need
+	# none (anvil's binary comes as a platform package).
+	(cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts >&2)
+	printf '%s' "$want" >"$stamp"
+	echo "install-node-deps: $dir installed in $((SECONDS - start))s" >&2
+}
 
-echo "install-node-deps: npm ci in $dir (node $(node --version), npm $(npm --version))" >&2
-start=$SECONDS
-# npm ci installs exactly the lockfile (and fails if package.json and the
-# lockfile disagree); no install scripts are needed by these packages, so
-# none run.
-(cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts >&2)
-printf '%s' "$want" >"$stamp"
-echo "install-node-deps: installed in $((SECONDS - start))s" >&2
+# integration/clients: ethers 5, web3.js 4; integration/anvil: a node that
+# really reorganises its chain.
+for dir in integration/clients integration/anvil; do
+	install "$repo/$dir"
+done

@@ -90,6 +90,7 @@ type Config struct {
 	SlowConsumerTimeout     Duration          `toml:"slow_consumer_timeout"`
 	HTTPBodyBytes           int64             `toml:"http_body_bytes"`
 	BackfillBlocks          int               `toml:"backfill_blocks"`
+	SubscriptionGapNotices  bool              `toml:"subscription_gap_notices"`
 	Coalesce                bool              `toml:"coalesce"`
 	CoalesceMethods         []string          `toml:"coalesce_methods"`
 	CacheBytes              int               `toml:"cache_bytes"`
