@@ -9,26 +9,22 @@ package anviltest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ethereum/go-ethereum/rpc"
+	"github.com/muxd/muxd/internal/testnode"
 )
 
 // PinnedVersion is the anvil version package.json pins.
@@ -64,7 +60,7 @@ type anvil struct {
 	addr string // host:port
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited
-	out  *tailBuffer
+	out  *testnode.TailBuffer
 }
 
 func (a *anvil) httpURL() string { return "http://" + a.addr }
@@ -80,7 +76,7 @@ func startAnvil(t *testing.T) *anvil {
 	if err != nil {
 		t.Fatalf("anvil stdout: %v", err)
 	}
-	a := &anvil{cmd: cmd, done: make(chan struct{}), out: &tailBuffer{limit: 64 << 10}}
+	a := &anvil{cmd: cmd, done: make(chan struct{}), out: &testnode.TailBuffer{Limit: 64 << 10}}
 	cmd.Stderr = a.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start anvil: %v", err)
@@ -126,29 +122,6 @@ func startAnvil(t *testing.T) *anvil {
 	return a
 }
 
-// tailBuffer keeps the last limit bytes written to it.
-type tailBuffer struct {
-	mu    sync.Mutex
-	b     []byte
-	limit int
-}
-
-func (w *tailBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if len(w.b) > w.limit {
-		w.b = append([]byte(nil), w.b[len(w.b)-w.limit:]...)
-	}
-	return len(p), nil
-}
-
-func (w *tailBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.b)
-}
-
 // dial connects an rpc.Client, closed at cleanup.
 func dial(t *testing.T, url string) *rpc.Client {
 	t.Helper()
@@ -179,149 +152,6 @@ func hexNum(t testing.TB, s string) uint64 {
 		t.Fatalf("bad quantity %q", s)
 	}
 	return n
-}
-
-// cutProxy forwards TCP connections to a target and can cut the path:
-// every proxied connection is closed and new ones are refused until it is
-// restored, as when the network between muxd and the node is down.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-
-	mu      sync.Mutex
-	conns   map[net.Conn]bool
-	refuse  bool
-	wg      sync.WaitGroup
-	stopped bool
-	// down records what the node sent through the proxy, connection by
-	// connection, for a failure's message.
-	down []*tailBuffer
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.refuse || p.stopped {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns[c], p.conns[up] = true, true
-		tap := &tailBuffer{limit: 4 << 20}
-		p.down = append(p.down, tap)
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.copy(up, up, c)
-		go p.copy(io.MultiWriter(c, tap), c, up)
-	}
-}
-
-// copy copies src to w until either side ends, then closes both src and
-// its peer.
-func (p *cutProxy) copy(w io.Writer, peer, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(w, src)
-	src.Close()
-	peer.Close()
-	p.mu.Lock()
-	delete(p.conns, src)
-	delete(p.conns, peer)
-	p.mu.Unlock()
-}
-
-// downMessages returns the text messages the node sent through the proxy
-// (WebSocket frames from a server are not masked), connection by
-// connection.
-func (p *cutProxy) downMessages() [][]string {
-	p.mu.Lock()
-	taps := slices.Clone(p.down)
-	p.mu.Unlock()
-	var out [][]string
-	for _, tap := range taps {
-		b := []byte(tap.String())
-		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
-			b = b[i+4:] // past the upgrade response
-		}
-		var msgs []string
-		for len(b) >= 2 {
-			n, hdr := uint64(b[1]&0x7f), 2
-			switch n {
-			case 126:
-				if len(b) < 4 {
-					break
-				}
-				n, hdr = uint64(binary.BigEndian.Uint16(b[2:4])), 4
-			case 127:
-				if len(b) < 10 {
-					break
-				}
-				n, hdr = binary.BigEndian.Uint64(b[2:10]), 10
-			}
-			if uint64(len(b)-hdr) < n {
-				break
-			}
-			if b[0]&0x0f == 1 || b[0]&0x0f == 0 {
-				msgs = append(msgs, string(b[hdr:hdr+int(n)]))
-			}
-			b = b[hdr+int(n):]
-		}
-		out = append(out, msgs)
-	}
-	return out
-}
-
-// cut closes every proxied connection and refuses new ones until restore.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	p.refuse = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-}
-
-// restore ends a cut.
-func (p *cutProxy) restore() {
-	p.mu.Lock()
-	p.refuse = false
-	p.mu.Unlock()
-}
-
-func (p *cutProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *cutProxy) close() {
-	p.mu.Lock()
-	p.stopped = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.ln.Close()
-	p.wg.Wait()
 }
 
 // logContract's runtime emits LOG1 with topic calldata[0:32] and no data:

@@ -46,13 +46,13 @@ func TestFailoverLossless(t *testing.T) {
 		window = 3 * time.Second
 	)
 	reg := prometheus.NewRegistry()
-	var pa *cutProxy // A; B is never cut
+	var pa *testnode.CutProxy // A; B is never cut
 	h := newHarness(t, func(c *mux.Config) {
 		target := strings.TrimPrefix(c.Upstream, "ws://")
-		pa = newCutProxy(t, target)
-		pb := newCutProxy(t, target)
+		pa = testnode.NewCutProxy(t, target)
+		pb := testnode.NewCutProxy(t, target)
 		c.Upstream = ""
-		c.Upstreams = []mux.Upstream{{URL: "ws://" + pa.addr()}, {URL: "ws://" + pb.addr()}}
+		c.Upstreams = []mux.Upstream{{URL: "ws://" + pa.Addr()}, {URL: "ws://" + pb.Addr()}}
 		c.ReconnectInitial = 100 * time.Millisecond
 		c.ReconnectMax = 200 * time.Millisecond
 		c.FailbackAfter = failbackAfter
@@ -103,7 +103,7 @@ func TestFailoverLossless(t *testing.T) {
 
 	// Cut A: B takes over.
 	cutAt := since()
-	pa.cut()
+	pa.Cut()
 	// On a failure to switch, the run goes on, to show what clients got.
 	seen, cutSwitch, _ := waitActive(t, h.srv, base, 1, 10*time.Second)
 	t.Logf("cut A at %v: active %v, 1 after %v", cutAt.Round(time.Millisecond), seen, (cutSwitch - cutAt).Round(time.Millisecond))
@@ -116,7 +116,7 @@ func TestFailoverLossless(t *testing.T) {
 	// Restore A: muxd moves back once A has been healthy for FailbackAfter.
 	retriedCut := counterValue(t, retried) - retriedBefore
 	restoreAt := since()
-	pa.restore()
+	pa.Restore()
 	seen, backAt, _ := waitActive(t, h.srv, base, 0, failbackAfter+30*time.Second)
 	// The failback began after the last poll that saw B active.
 	failback := seen.lastSeen(1, restoreAt)

@@ -19,10 +19,10 @@ import (
 // once, none removed. A sender talking to geth directly calls a contract
 // every 250 ms.
 func TestGapFreeAcrossCut(t *testing.T) {
-	var proxy *cutProxy
+	var proxy *testnode.CutProxy
 	h := newHarness(t, func(c *mux.Config) {
-		proxy = newCutProxy(t, strings.TrimPrefix(c.Upstream, "ws://"))
-		c.Upstream = "ws://" + proxy.addr()
+		proxy = testnode.NewCutProxy(t, strings.TrimPrefix(c.Upstream, "ws://"))
+		c.Upstream = "ws://" + proxy.Addr()
 		c.ReconnectInitial = 100 * time.Millisecond
 		c.ReconnectMax = 200 * time.Millisecond
 	})
@@ -45,8 +45,8 @@ func TestGapFreeAcrossCut(t *testing.T) {
 
 	waitBlock(t, direct, startN+3)
 	before := counterValue(t, h.srv.Metrics().UpstreamReconnects)
-	proxy.cut()
-	time.AfterFunc(6*time.Second, proxy.restore)
+	proxy.Cut()
+	time.AfterFunc(6*time.Second, proxy.Restore)
 	cutAt := time.Now()
 	// muxd loses the upstream at once, and reconnects once the path is back.
 	testnode.WaitConnectedWithin(t, h.srv, false, 10*time.Second)

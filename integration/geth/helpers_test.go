@@ -7,9 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -233,102 +231,6 @@ func outcomeOf(raw json.RawMessage, err error) (outcome, bool) {
 }
 
 func sameOutcome(a, b outcome) bool { return reflect.DeepEqual(a, b) }
-
-// cutProxy forwards TCP connections to a target and can cut the path:
-// every proxied connection is closed and new ones are refused until it is
-// restored,
-// as when the network between muxd and the node is down.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-
-	mu      sync.Mutex
-	conns   map[net.Conn]bool
-	refuse  bool
-	wg      sync.WaitGroup
-	stopped bool
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.refuse || p.stopped {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns[c], p.conns[up] = true, true
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.copy(up, c)
-		go p.copy(c, up)
-	}
-}
-
-func (p *cutProxy) copy(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// cut closes every proxied connection and refuses new ones until restore.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	p.refuse = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-}
-
-// restore ends a cut: new connections are proxied again.
-func (p *cutProxy) restore() {
-	p.mu.Lock()
-	p.refuse = false
-	p.mu.Unlock()
-}
-
-// addr is the proxy's address, host:port.
-func (p *cutProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *cutProxy) close() {
-	p.mu.Lock()
-	p.stopped = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.ln.Close()
-	p.wg.Wait()
-}
 
 // logContract's runtime emits LOG1 with topic calldata[0:32] and no data:
 //
