@@ -10,7 +10,7 @@ import (
 
 // The help muxd prints for `muxd help [command]`, `-h` and `--help`: the
 // commands, then every option of serve and check with its default and one
-// line of meaning, in the groups and order of the README's configuration
+// line of meaning, in the groups and order of docs/configuration.md's
 // reference. The flag package's own usage is not used: it shows every
 // option as "value" with no default.
 
@@ -32,7 +32,7 @@ var optionGroups = []optionGroup{
 	{"Limits", []string{"max_clients", "max_in_flight", "max_held_bytes", "max_held_bytes_total", "max_batch", "upstream_max_batch", "max_message_bytes", "max_subscriptions", "max_waiting", "outbound_queue_bytes", "outbound_queue_bytes_total", "slow_consumer_timeout", "http_body_bytes"}},
 }
 
-// optionHelp is one line of meaning for each option; the README reference
+// optionHelp is one line of meaning for each option; docs/configuration.md
 // says the same at more length.
 var optionHelp = map[string]string{
 	"upstream":                   "node WebSocket URL, ws:// or wss://; repeat for several, most preferred first (or MUXD_UPSTREAM, URLs separated by commas, which keeps keys out of the process list; in the file a string, an array, or tables with each node's own headers)",

@@ -129,7 +129,7 @@ type Report struct {
 	// TCPCongestion is the host's TCP congestion control (Linux), which
 	// every socket of the run uses. It moves (g): under bbr one loopback
 	// flow is slower than under cubic, and muxd's upstream is one flow
-	// where the relay's are ten (see README, Limits).
+	// where the relay's are ten (see docs/limits.md).
 	TCPCongestion string `json:"tcp_congestion_control,omitempty"`
 	Options       struct {
 		Reps         int     `json:"reps"`
