@@ -639,31 +639,12 @@ func TestIngressIPCMalformed(t *testing.T) {
 // fails if there is no such series.
 func ingMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := testnode.Series(t, reg, name, labels)
+	if !ok {
+		// A renamed or missing series must not read as a count of zero.
+		t.Fatalf("no series %s%v", name, labels)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue series
-				}
-			}
-			return ingValue(m)
-		}
-	}
-	// A renamed or missing series must not read as a count of zero.
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
+	return v
 }
 
 // pingTimeouts reads muxd_client_ping_timeouts_total.
@@ -673,19 +654,7 @@ func pingTimeouts(t *testing.T, srv *mux.Server) float64 {
 	if err := srv.Metrics().PingTimeouts.Write(&m); err != nil {
 		t.Fatal(err)
 	}
-	return ingValue(&m)
-}
-
-func ingValue(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
+	return testnode.MetricValue(&m)
 }
 
 func TestIngressMetrics(t *testing.T) {

@@ -6,51 +6,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/muxd/muxd/internal/testnode"
 )
-
-// series reads the series name{labels} from reg: a counter's or gauge's
-// value, a histogram's count. ok is false when there is none.
-func series(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) (v float64, ok bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue next
-				}
-			}
-			return value(m), true
-		}
-	}
-	return 0, false
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
-}
 
 // TestOpsMetrics: the series for operating muxd (metrics_ops.go), each
 // after what moves it: latency by method and outcome, the upstream's round
@@ -108,7 +66,7 @@ func TestOpsMetrics(t *testing.T) {
 		{"muxd_cache_evictions_total", map[string]string{"method": "eth_getLogs"}, eq(0), "0, from the start"},
 	}
 	for _, tt := range tests {
-		v, ok := series(t, reg, tt.name, tt.labels)
+		v, ok := testnode.Series(t, reg, tt.name, tt.labels)
 		if !ok {
 			t.Errorf("no series %s%v", tt.name, tt.labels)
 			continue
@@ -147,8 +105,8 @@ func TestHeadLagMetrics(t *testing.T) {
 	ca.PushAll(t, string(chain.Block(5).HeaderJSON()))
 	seen := time.Now() // block 5, the first above 3, came before this
 	testnode.Poll(t, "both heads to reach the selector", func() bool {
-		h1, _ := series(t, reg, "muxd_upstream_node_head", map[string]string{"upstream": "1"})
-		h2, _ := series(t, reg, "muxd_upstream_node_head", map[string]string{"upstream": "2"})
+		h1, _ := testnode.Series(t, reg, "muxd_upstream_node_head", map[string]string{"upstream": "1"})
+		h2, _ := testnode.Series(t, reg, "muxd_upstream_node_head", map[string]string{"upstream": "2"})
 		return h1 == 5 && h2 == 3
 	})
 	for _, tt := range []struct {
@@ -161,7 +119,7 @@ func TestHeadLagMetrics(t *testing.T) {
 		{"muxd_upstream_node_head_lag_seconds", "1", eq(0), "0"},
 		{"muxd_upstream_node_head_lag_seconds", "2", func(v float64) bool { return v > 0 && v <= time.Since(seen).Seconds()+60 }, "> 0"},
 	} {
-		v, ok := series(t, reg, tt.name, map[string]string{"upstream": tt.upstream})
+		v, ok := testnode.Series(t, reg, tt.name, map[string]string{"upstream": tt.upstream})
 		if !ok || !tt.check(v) {
 			t.Errorf("%s{upstream=%s} = %v (present %v), want %s", tt.name, tt.upstream, v, ok, tt.want)
 		}
