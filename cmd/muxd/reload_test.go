@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -131,25 +129,8 @@ func TestSIGHUPReload(t *testing.T) {
 		return fmt.Sprintf("upstream = [%q]\nlisten = %q\nmax_in_flight = %d\nmax_batch = 1\n%s", upstream, listen, inFlight, extra)
 	}
 	file := writeFile(t, "muxd.toml", conf(a.URL, "127.0.0.1:0", 100, ""))
-	cmd := exec.Command(os.Args[0], "--config", file)
-	cmd.Env = append(os.Environ(), mainChildEnv+"=1", "MUXD_UPSTREAM=",
-		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	var out testnode.LockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-waited:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-waited
-		}
-	})
+	child := startMuxdChild(t, "--config", file)
+	cmd, out := child.cmd, child.out
 	out.WaitFor(t, "transport=ws+http addr=")
 	addr := regexp.MustCompile(`transport=ws\+http addr=(\S+)`).FindStringSubmatch(out.String())[1]
 	reload := func(content, waitFor string) {

@@ -25,9 +25,44 @@ import (
 )
 
 // mainChildEnv makes the test binary run muxd's main instead of the tests
-// (TestMain): the muxd process of TestSIGTERMUnderLoad, with the test's
-// arguments after the binary's name.
+// (TestMain): the muxd process of a test that signals a real process, with
+// the test's arguments after the binary's name.
 const mainChildEnv = "MUXD_TEST_MAIN_CHILD"
+
+// muxdChild is muxd running as a child process (startMuxdChild).
+type muxdChild struct {
+	cmd  *exec.Cmd
+	out  *testnode.LockedBuffer // its stdout and stderr
+	done chan struct{}          // closed once it has exited
+	err  error                  // how it exited, once done is closed
+}
+
+// startMuxdChild runs muxd with args as a child process. At cleanup it is
+// sent SIGTERM and, if still running 20 s later, killed.
+func startMuxdChild(t *testing.T, args ...string) *muxdChild {
+	t.Helper()
+	c := &muxdChild{cmd: exec.Command(os.Args[0], args...), out: new(testnode.LockedBuffer), done: make(chan struct{})}
+	// A race-enabled binary sleeps a second before exiting (GORACE's
+	// atexit_sleep_ms), which an exit time would count; a race found still
+	// fails the test, through the exit code.
+	c.cmd.Env = append(os.Environ(), mainChildEnv+"=1", "MUXD_UPSTREAM=",
+		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.err = c.cmd.Wait(); close(c.done) }()
+	t.Cleanup(func() {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(20 * time.Second):
+			c.cmd.Process.Kill()
+			<-c.done
+		}
+	})
+	return c
+}
 
 // loadWindow is how many requests a load client keeps unanswered.
 const loadWindow = 32
@@ -225,24 +260,9 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ipcPath := filepath.Join(dir, "muxd.ipc")
 
-	cmd := exec.Command(os.Args[0], "--upstream", node.URL, "--listen", "127.0.0.1:0", "--ipc", ipcPath,
+	child := startMuxdChild(t, "--upstream", node.URL, "--listen", "127.0.0.1:0", "--ipc", ipcPath,
 		"--shutdown-grace", grace.String())
-	// A race-enabled binary sleeps a second before exiting (GORACE's
-	// atexit_sleep_ms), which the exit time would count; a race found
-	// still fails the test, through the exit code.
-	cmd.Env = append(os.Environ(), mainChildEnv+"=1", "MUXD_UPSTREAM=",
-		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	var out testnode.LockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		waited <- <-waited
-	})
+	cmd, out := child.cmd, child.out
 	out.WaitFor(t, "transport=ipc")
 	out.WaitFor(t, "transport=ws+http addr=")
 	addr := regexp.MustCompile(`transport=ws\+http addr=(\S+)`).FindStringSubmatch(out.String())[1]
@@ -282,9 +302,9 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		select {
 		case <-c.going:
 		case <-c.done:
-			t.Fatalf("%s ended before the load was flowing: %v\n%s", c.name, c.end, &out)
+			t.Fatalf("%s ended before the load was flowing: %v\n%s", c.name, c.end, out)
 		case <-time.After(testnode.Timeout):
-			t.Fatalf("%s: no load flowing\n%s", c.name, &out)
+			t.Fatalf("%s: no load flowing\n%s", c.name, out)
 		}
 	}
 
@@ -294,10 +314,10 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	termAt := time.Now()
 	var exitErr error
 	select {
-	case exitErr = <-waited:
-		waited <- exitErr
+	case <-child.done:
+		exitErr = child.err
 	case <-time.After(testnode.Timeout):
-		t.Fatalf("muxd did not exit on SIGTERM\n%s", &out)
+		t.Fatalf("muxd did not exit on SIGTERM\n%s", out)
 	}
 	took := time.Since(termAt)
 	for _, c := range clients {
@@ -309,7 +329,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	}
 
 	if exitErr != nil {
-		t.Errorf("muxd exited with %v, want 0\n%s", exitErr, &out)
+		t.Errorf("muxd exited with %v, want 0\n%s", exitErr, out)
 	}
 	// The bound is grace + 1 s; the slack only keeps a loaded machine
 	// from failing the test, which is here to catch a shutdown that hangs.
@@ -360,6 +380,6 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		t.Error("the grace did not run to its end")
 	}
 	if t.Failed() {
-		t.Logf("muxd's log:\n%s", &out)
+		t.Logf("muxd's log:\n%s", out)
 	}
 }
