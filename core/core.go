@@ -136,7 +136,7 @@ type Core struct {
 	// Scratch reused from one event to the next: upstream ids, and the
 	// elements of an array answer in their batch's request order.
 	uids  []uint64
-	order []int
+	order []slotElem
 	// batches is the free list of client batches' upstream bookkeeping,
 	// given back when an array answer completes a batch (wholeBatch).
 	batches router.UpstreamBatches

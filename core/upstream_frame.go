@@ -228,20 +228,21 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 		return false
 	}
 	// order[slot] is the element answering the request element of that
-	// slot: the batch's slots are 0 to n-1, one per call (untouched, all
-	// n of its answers are here).
+	// slot, and its pending call: the batch's slots are 0 to n-1, one per
+	// call (untouched, all n of its answers are here). The pointers stay
+	// valid until TakeGroup below: nothing before it changes the table.
 	order := c.order[:0]
 	for range msgs {
-		order = append(order, -1)
+		order = append(order, slotElem{msg: -1})
 	}
 	c.order = order
 	for i := range msgs {
 		uid, _ := router.ParseUpstreamID(msgs[i].ID.In(frame))
 		p, _ := c.reqs.Peek(uid)
-		if p.Slot < 0 || p.Slot >= len(order) || order[p.Slot] >= 0 {
+		if p.Slot < 0 || p.Slot >= len(order) || order[p.Slot].msg >= 0 {
 			return false
 		}
-		order[p.Slot] = i
+		order[p.Slot] = slotElem{i, p}
 	}
 	cl := c.clients[b.Client]
 	first, _ := c.reqs.Peek(uids[0])
@@ -260,14 +261,11 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 	}
 	out = append(out, '[')
 	held := 0
-	for k, i := range order {
-		m := &msgs[i]
+	for k, o := range order {
+		m, p := &msgs[o.msg], o.p
 		elem, idSpan := router.Element(frame, m)
-		uid, _ := router.ParseUpstreamID(idSpan.In(elem))
-		// Read in place: the table does not change until TakeGroup
-		// below. Only the Frame's length is read: its bytes may lie
-		// where out is written.
-		p, _ := c.reqs.Peek(uid)
+		// Only the Frame's length is read: its bytes may lie where out
+		// is written.
 		if k > 0 {
 			out = append(out, ',')
 		}
@@ -289,6 +287,13 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 	// slot, waiting request or Pending points at up any more.
 	c.batches.Put(up)
 	return true
+}
+
+// slotElem is the element of an array answer that answers one slot of a
+// client batch, and the call it answers (wholeBatch).
+type slotElem struct {
+	msg int
+	p   *router.Pending
 }
 
 // oneUntouchedBatch returns the client batch whose pending calls are
