@@ -240,12 +240,7 @@ func TestLogsHeldNewLogBeforeRemovalAfterJob(t *testing.T) {
 		}
 		return res, true, false
 	}
-	for len(h.unans) > 0 {
-		s := h.unans[0]
-		h.unans = h.unans[1:]
-		res, _ := n.answer(s)
-		h.apply(h.m.Answer(s.ID, res, h.now), nil)
-	}
+	h.answerHeld(n, nil)
 	if h.m.keys[logsKey].job != nil {
 		t.Fatal("job still running")
 	}
@@ -304,12 +299,7 @@ func TestLogsChecksFromTheHeadAnswer(t *testing.T) {
 	}()
 	h.apply(h.m.Live(logsKey, h.now), nil)
 	n.hook = nil
-	for len(h.unans) > 0 {
-		s := h.unans[0]
-		h.unans = h.unans[1:]
-		res, _ := n.answer(s)
-		h.apply(h.m.Answer(s.ID, res, h.now), nil)
-	}
+	h.answerHeld(n, nil)
 	t.Logf("delivered %v gaps %v", h.deliveredLogsTo(logsKey), h.gaps)
 }
 

@@ -251,13 +251,7 @@ func reorgRun(t *testing.T, cfg Config, depth uint64, sparse string, o reorgOrde
 	}
 	c.take(h)
 	nd.hook = nil
-	for len(h.unans) > 0 {
-		s := h.unans[0]
-		h.unans = h.unans[1:]
-		res, _ := nd.answer(s)
-		h.apply(h.m.Answer(s.ID, res, h.now), nil)
-		c.take(h)
-	}
+	h.answerHeld(nd, func() { c.take(h) })
 	// The next block, then time for what waits.
 	nd.head = tip + 1
 	h.push(headsKey, headJSON(b[tip+1]))
@@ -509,13 +503,7 @@ func TestReorgsBackToBackAnswersAfter(t *testing.T) {
 	h.push(headsKey, headJSON(c[16]))
 	sc.take(h)
 	nd.hook = nil
-	for len(h.unans) > 0 {
-		s := h.unans[0]
-		h.unans = h.unans[1:]
-		res, _ := nd.answer(s)
-		h.apply(h.m.Answer(s.ID, res, h.now), nil)
-		sc.take(h)
-	}
+	h.answerHeld(nd, func() { sc.take(h) })
 	nd.head = 17
 	h.push(headsKey, headJSON(c[17]))
 	h.push(logsKey, logJSON(lg{17, c[17].hash, 0, "0xaa"}, false))

@@ -197,6 +197,20 @@ func (h *harness) apply(e Effects, live []byte) {
 	}
 }
 
+// answerHeld answers, from n, every request left unanswered (h.unans),
+// oldest first, and those they lead to; after, when set, runs after each.
+func (h *harness) answerHeld(n *node, after func()) {
+	for len(h.unans) > 0 {
+		s := h.unans[0]
+		h.unans = h.unans[1:]
+		res, _ := n.answer(s)
+		h.apply(h.m.Answer(s.ID, res, h.now), nil)
+		if after != nil {
+			after()
+		}
+	}
+}
+
 func (h *harness) collect(e Effects, live []byte) {
 	h.pending = append(h.pending, e.Sends...)
 	for _, d := range e.Deliveries {
