@@ -10,7 +10,7 @@ package reconnect
 // 2-core box under bbr, asking the kernel to acknowledge at once
 // (TCP_QUICKACK) after each read of a large answer's payload took muxd
 // from a mean of 0.83 × the relay's MB/s to 0.91 × (13 and 10 runs,
-// alternated; docs/performance.md). At 1 MB, and under cubic, it made no
+// alternated; docs/perf-log.md). At 1 MB, and under cubic, it made no
 // difference beyond the noise.
 //
 // TCP_QUICKACK is not sticky (the kernel returns to delayed
