@@ -47,5 +47,7 @@
 // copy, splice, system call or log line happens under it. Each client's
 // outbox has its own lock and queues deliveries in the core's order
 // (core.Delivery.Seq), whichever goroutine applies them. The session map
-// for deliveries (Server.peers) has its own read-mostly lock.
+// for deliveries (Server.peers) has its own read-mostly lock. docs/DESIGN.md
+// §6 lists every goroutine, what it owns, which lock guards what, and the
+// lock order.
 package mux
