@@ -1,5 +1,5 @@
 // Package failover decides which of several upstream nodes is active: the
-// one that carries client traffic and client subscriptions (issue #14).
+// one that carries client traffic and client subscriptions.
 //
 // It is a pure state machine (sans I/O): no goroutines, no locks, no
 // sockets and no clock. Its caller (the shell that owns the connections)

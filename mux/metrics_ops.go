@@ -9,8 +9,8 @@ import (
 	"github.com/muxd/muxd/failover"
 )
 
-// This file holds the series for running muxd as a service among others
-// (issue #37): latency by method and outcome, each upstream's round trip
+// This file holds the series for running muxd as a service among others:
+// latency by method and outcome, each upstream's round trip
 // and head lag, push delivery lag, queue depths and backfills running.
 // They are kept apart from Metrics' first series (metrics.go).
 

@@ -112,9 +112,9 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 			// just woken, waits in this P's runnext slot until the
 			// reader blocks, which a reader with the next large answer
 			// already in the socket does only after reading much of
-			// it: about 1 ms that the answer sits written to nobody
-			// (bench g1MB). Yield so that the writer starts now; the
-			// node keeps sending into the socket's buffer meanwhile.
+			// it, while the answer sits written to nobody. Yield so
+			// that the writer starts now; the node keeps sending into
+			// the socket's buffer meanwhile.
 			if len(buf) > frameHeadroom+inlineSpliceMax {
 				runtime.Gosched()
 			}

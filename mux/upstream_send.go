@@ -8,10 +8,10 @@ import (
 )
 
 // maxKeptSendQueue bounds each of the two buffers an upstream send queue
-// keeps between bursts: a burst in bench (c) queues tens of KiB, hundreds
-// while the writer waits for a core, and a buffer dropped after each such
-// burst is regrown by doubling in the next. A burst that queued a large
-// request lets its buffer go.
+// keeps between bursts: large enough for a burst of many clients' requests
+// (tens to hundreds of KiB while the writer waits for a core), which would
+// otherwise be regrown by doubling after every pause. A burst that queued
+// a large request lets its buffer go.
 const maxKeptSendQueue = 1 << 20
 
 // sendQueueLimit is how much a send queue holds, queued and being written,
@@ -29,9 +29,9 @@ const sendQueueLimit = 2 << 20
 // not behind the large requests other clients queued: a
 // client sending requests of 30 MiB fills the queue for as long as the
 // node takes to read one, and every other client's eth_blockNumber would
-// wait that long for room (seconds, measured, where the node itself
-// answered them in milliseconds). It still waits in the socket behind
-// what was queued before it.
+// wait that long for room (seconds, where the node itself answers it in
+// milliseconds). It still waits in the socket behind what was queued
+// before it.
 const smallSend = 64 << 10
 
 // sendQueue gives an upstream connection one writer at a time. A send
@@ -42,12 +42,12 @@ const smallSend = 64 << 10
 // returns, at once unless the queue is full (sendQueueLimit).
 //
 // Why: coder/websocket serializes a connection's writers with a lock handed
-// from one goroutine to the next. When every client's reader wrote its own
-// requests upstream, dozens of readers queued on that lock in bench (c),
-// and each hand-over waited for the next owner to be scheduled. Copying a
-// request into the queue costs far less than such a wait, and the writer
+// from one goroutine to the next. Were every client's reader to write its
+// own requests upstream, under load dozens of readers would queue on that
+// lock, each hand-over waiting for the next owner to be scheduled. Copying
+// a request into the queue costs far less than such a wait, and the writer
 // goroutine writes whatever has queued in one go. A lone request is still
-// written by its client's reader, with no hand-over (bench (a)).
+// written by its client's reader, with no hand-over.
 //
 // A send from anywhere but a client's reader (sendNoWait) neither waits
 // nor writes: it queues, and starts the writer goroutine if none is

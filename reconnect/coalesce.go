@@ -21,10 +21,9 @@ const coalesceKeep = coalesceLimit
 
 // coalesceIdleKeep is the largest buffer kept while the connection is idle
 // (no flusher running): an idle connection holds at most two of these. It
-// is as large as a burst of requests gets under load (about 100 KiB queued
-// while a write is under way, in the bench's (c)): a smaller bound let every
-// pause of 2 ms drop the buffers, and each burst after it regrew them by
-// doubling, one allocation in every 30 writes.
+// is larger than a burst of requests gets under load (about 100 KiB queued
+// while a write is under way), so that a pause of 2 ms between bursts does
+// not drop the buffers for the next burst to regrow by doubling.
 const coalesceIdleKeep = 1 << 20
 
 // flushChunk bounds one write to the socket, so that progress on a slow
