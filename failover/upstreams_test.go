@@ -481,3 +481,45 @@ func listCfgMulti(t *testing.T) bool {
 	c := &Conn{list: l, index: 1}
 	return l.Multi() && c.List() == l && c.Index() == 1 && l.host(1) == "" && l.host(0) == "h1"
 }
+
+// FuzzFrame gives Upstreams whatever a node may send: it must not panic,
+// must hand the core everything that is not muxd's own, and must take only
+// a lone valid message that is.
+func FuzzFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":` + HealthChainID + `,"result":"0x1"}`,
+		`{"jsonrpc":"2.0","id":` + HealthHeadsID + `,"result":"0xa"}`,
+		`{"jsonrpc":"2.0","id":` + HealthHeadsID + `,"error":{"code":1,"message":"x"}}`,
+		`{"jsonrpc":"2.0","id":` + ProbeID + `,"result":"0x1"}`,
+		headPush(`"0xa"`, 7),
+		`{"jsonrpc":"2.0","id":7,"result":"0x1"}`,
+		`[{"jsonrpc":"2.0","id":` + ProbeID + `,"result":"0x1"}]`,
+		`{"jsonrpc":"2.0","id":` + ProbeID + `,"id":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		l, err := NewList(listCfg(2, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := new(fakeCore)
+		m := NewUpstreams(fc, l)
+		var e Effects
+		var ce core.Effects
+		c, err := m.Connected(&e, l, 0, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			frame := append([]byte(nil), raw...)
+			fr, scanErr := router.ScanUpstream(frame, nil)
+			fc.calls = fc.calls[:0]
+			m.Frame(&ce, &e, c, frame, fr, scanErr, at(i))
+			own := scanErr == nil && !fr.Batch && len(fr.Messages) == 1 && fr.Messages[0].Invalid == nil
+			if len(fc.calls) == 0 && !own {
+				t.Fatalf("%q: neither the core's nor a lone valid message", raw)
+			}
+		}
+	})
+}
