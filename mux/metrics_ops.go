@@ -79,7 +79,7 @@ func (o *opsMetrics) answered(method string, out core.Outcome, latency time.Dura
 // request, under its upstream's number (core.Observer).
 func (o observer) RoundTrip(gen uint64, d time.Duration) {
 	for _, n := range o.s.set.nodes {
-		if n.conn != nil && n.conn.gen == gen {
+		if n.conn != nil && n.conn.gen() == gen {
 			n.rtt.Observe(d.Seconds())
 			return
 		}

@@ -366,7 +366,9 @@ func TestKeepaliveJudgesPingByItsOwnHearing(t *testing.T) {
 				defer node.CloseNow() // ends a ping still out
 				result := make(chan error, 1)
 				start := time.Now()
-				wg.Go(func() { result <- keepalive(ctx, node, live, interval, timeout, interval+timeout) })
+				wg.Go(func() {
+					result <- keepalive(ctx, node, live, interval, timeout, interval+timeout, probeRequest(ProbeID))
+				})
 				wg.Go(func() { // what serve reports
 					message := func() { live.msgStarts.Add(1); live.progressed(); live.msgEnds.Add(1) }
 					answers := tt.answers
@@ -436,7 +438,9 @@ func TestKeepaliveQuietJustAfterUnheard(t *testing.T) {
 		defer node.CloseNow()
 		start := time.Now()
 		result := make(chan error, 1)
-		go func() { result <- keepalive(ctx, node, live, interval, timeout, interval+timeout) }()
+		go func() {
+			result <- keepalive(ctx, node, live, interval, timeout, interval+timeout, probeRequest(ProbeID))
+		}()
 		time.Sleep(lastPush)
 		live.progressed() // a push, then nothing
 		select {
@@ -597,7 +601,7 @@ func TestStartPingProbeStuck(t *testing.T) {
 		live := newLiveness()
 		c := &stuckProber{unansweredPinger: unansweredPinger{closed: make(chan struct{})}}
 		defer c.CloseNow()
-		p := startPing(c, live, time.Second)
+		p := startPing(c, live, time.Second, probeRequest(ProbeID))
 		select {
 		case <-p.done:
 		case <-time.After(time.Minute):

@@ -276,7 +276,7 @@ func (s *Supervisor) session(ctx context.Context, c *Conn, live *liveness, serve
 	if s.cfg.PingInterval > 0 {
 		go func() {
 			defer close(pingDone)
-			pingErr = keepalive(pingCtx, c.Conn, live, s.cfg.PingInterval, s.cfg.PingTimeout, s.cfg.AnswerWait)
+			pingErr = keepalive(pingCtx, c.Conn, live, s.cfg.PingInterval, s.cfg.PingTimeout, s.cfg.AnswerWait, probeRequest(s.cfg.ProbeID))
 		}()
 	} else {
 		close(pingDone)
