@@ -2,6 +2,7 @@ package mux
 
 import (
 	"context"
+	"runtime"
 	"sync"
 
 	"github.com/coder/websocket"
@@ -205,6 +206,7 @@ func (u *upstreamConn) writeQueued() {
 // a writer goroutine, unflushed, and goes back to its client.
 func (u *upstreamConn) endTurn(ok, handOff bool) {
 	q := &u.sq
+	yielded := false
 	for {
 		q.mu.Lock()
 		if !ok {
@@ -225,6 +227,15 @@ func (u *upstreamConn) endTurn(ok, handOff bool) {
 			return
 		}
 		q.mu.Unlock()
+		if !yielded {
+			// Let the goroutines that are ready to run (clients' readers
+			// with requests read) queue theirs first, to go out in the
+			// same write. Alone, the writer is back at once.
+			yielded = true
+			runtime.Gosched()
+			continue
+		}
+		yielded = false
 		// Nothing more queued: put what the socket holds on the wire.
 		if err := u.Flush(); err != nil {
 			u.writeFailed(err)

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -476,11 +478,31 @@ func BenchmarkUpstreamSendBurst(b *testing.B) {
 	b.SetBytes(int64(len(req)))
 	b.SetParallelism(50) // 100 senders on 2 cores
 	b.ReportAllocs()
+	before, counted := writeSyscalls()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			u.send(req)
 		}
 	})
+	if after, ok := writeSyscalls(); counted && ok {
+		b.ReportMetric(float64(after-before)/float64(b.N), "writes/op")
+	}
+}
+
+// writeSyscalls is the number of write system calls the process has made
+// (Linux's /proc/self/io), and whether it could be read.
+func writeSyscalls() (uint64, bool) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // TestUpstreamSendLoneAllocs: a lone request, written and flushed by its
