@@ -758,17 +758,27 @@ func (m *Machine) place(k *keyState, l logEntry) int {
 	// must run through it.
 	var at uint64
 	var atHash string
-	have := false
+	have, above, offHeads := false, false, false
 	for b, blk := range k.blocks {
 		if b > l.block {
-			if h, named := m.nodeHashes[b]; named && h == blk.hash {
-				return placeLate
+			// A block of the key's above l: late when every such block
+			// is on the heads' branch, else a reorg (whatever order the
+			// map gives them in).
+			above = true
+			if h, named := m.nodeHashes[b]; !named || h != blk.hash {
+				offHeads = true
 			}
-			return placeFork
+			continue
 		}
 		if !have || b > at {
 			at, atHash, have = b, blk.hash, true
 		}
+	}
+	switch {
+	case offHeads:
+		return placeFork
+	case above:
+		return placeLate
 	}
 	if k.haveCovered && k.coveredHash != "" {
 		if k.covered > l.block {
