@@ -113,7 +113,7 @@
 //     another hash than the head or a check named, a header whose parent
 //     is not the hash named below it) starts over (forkMoved); past
 //     MaxForkRestarts each round waits RetryDelay; at its deadline it
-//     delivers nothing it fetched and states the blocks, still owed. A
+//     delivers nothing it fetched and states the blocks. A
 //     key is kept on one branch: quietCovered does not move it onto a
 //     branch the heads name that replaced its highest block known by
 //     hash (a backfill finds the fork).

@@ -923,8 +923,9 @@ func (m *Machine) giveUp(k *keyState, reason string, now time.Time) {
 	}
 	if k.kind == kindLogs && (!j.resumeAt.IsZero() || m.forkMoved(k, j)) {
 		// Its fork still moving: nothing it fetched can be placed. It
-		// delivers none of it, and states the blocks the key is owed
-		// (still owed: the next job fetches them).
+		// delivers none of it and states the blocks the key is owed;
+		// its covered block does not move (a later backfill may still
+		// fetch them).
 		m.gapBlocks(k, reason, k.covered+1, max(j.owedHead, j.head, k.covered+1))
 		j.fetched, j.fetching, j.replaced, j.missing = nil, false, nil, false
 		m.deliverLogs(k, now)

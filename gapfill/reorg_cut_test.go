@@ -211,7 +211,8 @@ func TestReorgCutQuietKeyOffBranch(t *testing.T) {
 // When they agree again it delivers b, after a's replaced blocks removed,
 // with no gap. When they still disagree at its deadline it delivers
 // nothing it fetched and states the blocks it owes (20, above the block
-// covered, to the head it learned, 26), which the next backfill fetches.
+// covered, to the head it learned, 26), which a backfill after the next
+// cut fetches.
 func TestReorgForkKeepsMoving(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
