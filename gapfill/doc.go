@@ -134,6 +134,10 @@
 //     backfilled: becoming live again counts a gap (not_backfillable).
 //   - A push that does not parse as a head or a log is delivered as it
 //     came (held, in order, while a job runs), and never tracked.
+//   - A newHeads walk's block asked by hash that the node answers null
+//     for twice is gone: the head the walk started from was orphaned.
+//     The job ends without it (headOrphaned), no gap counted; the held
+//     heads run, then the node's head is asked for (as after Live).
 //   - The node answering null for a block it has not got yet is asked
 //     again after Config.RetryDelay, at most Config.NullRetries times; an
 //     error or a timeout (Config.RequestTimeout) is retried at most

@@ -50,6 +50,11 @@ func (m *Machine) onLog(k *keyState, l logEntry, live, fresh bool, now time.Time
 		switch m.place(k, l) {
 		case placeWait:
 			m.waitForHeads(k, l, now)
+			// Held behind a backfill that found where the key stands,
+			// and above the head it fetched to: no head in time makes
+			// it go through the rules for held pushes, not another
+			// such backfill (the same answers, round after round).
+			k.job.noFork = m.heldAbove
 			return
 		case placeFork:
 			m.findForkFor(k, now)

@@ -159,6 +159,11 @@ type Machine struct {
 	headers   map[string]header
 	topHeader uint64
 
+	// heldAbove: the log being run from what a backfill started for a
+	// live log held is placed only because its block is above the head
+	// that backfill fetched to (runHeld).
+	heldAbove bool
+
 	// headWaits are the newHeads keys live again on this connection that
 	// have had no push yet, with when they ask the node for its head
 	// (Config.HeadWait).
@@ -359,6 +364,9 @@ type job struct {
 	// head names it or waitUntil passes (then it finds the fork itself).
 	wait      bool
 	waitUntil time.Time
+	// noFork: a wait whose end (no head in time) runs what it held
+	// through the rules for held pushes, not a backfill (onLog).
+	noFork bool
 	// forLog: the job was started to place a log pushed live (findForkFor):
 	// what it held is then run through the rules for held pushes only,
 	// and cannot start another such job.
@@ -662,6 +670,11 @@ func (m *Machine) Tick(now time.Time) Effects {
 		if j := k.job; j.wait && !now.Before(j.waitUntil) {
 			// No head named the held log's block in time: the machine
 			// finds where it belongs itself.
+			if j.noFork {
+				k.job = nil
+				m.runHeld(k, false, noBlock, now)
+				continue
+			}
 			m.findForkFor(k, now)
 			continue
 		}
@@ -747,7 +760,15 @@ func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 // null handles a null answer: the node has not got the block yet.
 func (m *Machine) null(k *keyState, r *request, now time.Time) {
 	switch r.purpose {
-	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock, purposeLogsBlock, purposeHeadSearch:
+	case purposeHeadByHash:
+		if r.nulls > 0 {
+			// Asked twice: the node no longer has the block the walk
+			// needs (the parent of a head it pushed), so that head is
+			// of a branch a reorg orphaned (anvil forgets such blocks).
+			m.headOrphaned(k, now)
+			return
+		}
+	case purposeHeadByNumber, purposeCheckBlock, purposeLogsBlock, purposeHeadSearch:
 	case purposeLogsHeader:
 		// The node no longer has it (another branch's, pruned): the
 		// check is lost, not the logs.
@@ -906,7 +927,9 @@ func (m *Machine) runHeld(k *keyState, fresh bool, above uint64, now time.Time) 
 					// dropped by onLog.
 					continue
 				}
-				m.onLog(k, l, false, fresh || l.block > above, now)
+				m.heldAbove = !fresh && l.block > above
+				m.onLog(k, l, false, fresh || m.heldAbove, now)
+				m.heldAbove = false
 				continue
 			}
 		}

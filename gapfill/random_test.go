@@ -567,7 +567,13 @@ func (r *randRun) settle() {
 		r.now = r.now.Add(100 * time.Millisecond)
 		r.apply(r.m.Tick(r.now))
 	}
-	r.t.Fatalf("seed %d: did not settle: owed %d wire %d", r.sub.seed, len(r.n.owed), len(r.n.wire))
+	var jobs []string
+	for key, k := range r.m.keys {
+		if j := k.job; j != nil {
+			jobs = append(jobs, fmt.Sprintf("%s: wait %v fetching %v chunks %d inflight %d queue %d restarts %d resumeAt %v deadline %v now %v reqs %d", key, j.wait, j.fetching, j.chunks, j.inflight, len(j.queue), j.restarts, j.resumeAt, j.deadline, r.now, len(r.m.reqs)))
+		}
+	}
+	r.t.Fatalf("seed %d: did not settle: owed %d wire %d jobs %v headWaits %d\n%s", r.sub.seed, len(r.n.owed), len(r.n.wire), jobs, len(r.m.headWaits), strings.Join(r.sub.trace[max(0, len(r.sub.trace)-40):], "\n"))
 }
 
 // TestRandomReorgsAndCuts runs many seeded runs of a reorging chain over a
@@ -674,7 +680,7 @@ func TestRandomReorgsAndCuts(t *testing.T) {
 		deliveries += len(r.sub.live)
 	}
 	t.Logf("%d seeds: %d with a gap counted (%v); without: %d reorgs, %d logs delivered", seeds, withGaps, reasons, reorgs, deliveries)
-	if withGaps > seeds/4 {
+	if withGaps > seeds/4 && seeds > 1 {
 		t.Errorf("%d of %d runs counted a gap: the runs check too little", withGaps, seeds)
 	}
 }

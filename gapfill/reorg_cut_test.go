@@ -291,3 +291,33 @@ func TestLogsHeaderCheckLost(t *testing.T) {
 		})
 	}
 }
+
+// TestHeadsTargetOrphaned: the node pushes head 16 of a branch, then
+// reorganises (fork at 12) and forgets the orphaned blocks (anvil): the
+// backfill's walk from 16 asks for its parent by hash and gets null,
+// twice. The head is of a branch that is gone: the job ends without it,
+// no gap, and the node's head is asked for; the new branch goes out from
+// where the delivered chain forks. (Before: asked 20 times, then the job
+// gave up, counted unavailable, and delivered the orphaned head, which
+// does not chain.)
+func TestHeadsTargetOrphaned(t *testing.T) {
+	main, forked := chainOf(0, 0, 40), chainOf(1, 12, 40)
+	nd := &node{chain: main, head: 10}
+	h := newHarness(t, Config{Blocks: 128}, nd)
+	h.apply(h.m.Live(headsKey, h.now), nil)
+	for n := uint64(1); n <= 10; n++ {
+		h.push(headsKey, headJSON(main[n]))
+	}
+	h.out, h.outKeys = nil, nil
+	nd.chain, nd.head = forked, 16
+	h.push(headsKey, headJSON(main[16]))
+	for range 4 {
+		h.tick(h.m.cfg.RetryDelay)
+	}
+	if got, want := h.deliveredHeads(), headsOf(forked, 11, 16); !slices.Equal(got, want) {
+		t.Errorf("heads\n%v\nwant\n%v", got, want)
+	}
+	if len(h.fullGaps) != 0 {
+		t.Errorf("gaps %+v, want none", h.fullGaps)
+	}
+}
