@@ -29,7 +29,7 @@ var optionGroups = []optionGroup{
 	{"HTTP connections (on listen)", []string{"http_read_header_timeout", "http_read_timeout", "http_idle_timeout", "max_connections"}},
 	{"Logging", []string{"log_level", "log_format"}},
 	{"Access", []string{"allowed_origins", "allowed_hosts", "deny_methods", "retry_methods"}},
-	{"Limits", []string{"max_clients", "max_in_flight", "max_held_bytes", "max_held_bytes_total", "max_batch", "upstream_max_batch", "max_message_bytes", "max_subscriptions", "max_waiting", "outbound_queue_bytes", "outbound_queue_bytes_total", "slow_consumer_timeout", "http_body_bytes"}},
+	{"Limits", []string{"max_clients", "max_in_flight", "max_held_bytes", "max_held_bytes_total", "max_batch", "upstream_max_batch", "max_message_bytes", "max_subscriptions", "max_waiting", "max_upstream_in_flight", "clients", "outbound_queue_bytes", "outbound_queue_bytes_total", "slow_consumer_timeout", "http_body_bytes"}},
 }
 
 // optionHelp is one line of meaning for each option; docs/configuration.md
@@ -70,6 +70,8 @@ var optionHelp = map[string]string{
 	"max_message_bytes":          "largest client message, bytes",
 	"max_subscriptions":          "subscriptions per client",
 	"max_waiting":                "requests held while no upstream is connected, all clients together",
+	"max_upstream_in_flight":     "client calls running at the node, all clients together; past it calls queue per client and are sent in fair order (0: no bound)",
+	"clients":                    `a named client's share and limits, "name:weight=2,max_in_flight=100,class=bulk,rate=50"; repeatable (MUXD_CLIENTS: entries separated by ';'); a client names itself by its URL path (ws://host:port/name) or X-Muxd-Client`,
 	"outbound_queue_bytes":       "bytes queued for a client (the first into an empty queue aside): a subscription push past it cuts the client as a slow consumer; answers to its own calls may pass it (see outbound_queue_bytes_total, slow_consumer_timeout)",
 	"outbound_queue_bytes_total": "what all clients' queues hold past outbound_queue_bytes together; a client whose answer would take them past it is cut as a slow consumer",
 	"slow_consumer_timeout":      "a client whose queue is past outbound_queue_bytes and that takes no message for this long is cut as a slow consumer (geth allows a write 10 s)",
