@@ -54,7 +54,8 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	c.applyGap(e, c.gap.Tick(now), nil, now)
 	c.orphans.expire(now)
 	c.drained(e)
-	c.dispatch(e, now) // deadlines free slots
+	c.ageSlots(now)
+	c.dispatch(e, now) // deadlines and holds free slots
 }
 
 // expireWaiters removes the client eth_subscribe requests waiting for the
@@ -99,7 +100,6 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 	}
 	delete(c.clients, id)
 	c.reqs.DropClient(id, func(uid uint64, p router.Pending) {
-		c.freeSlot(uid)     // an orphan takes its slot over
 		c.orphaned(uid, &p) // first: a coalesced call ends with its last waiter
 		c.coal.left(uid)
 	})
@@ -122,7 +122,7 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 	c.held -= cl.held
 	cl.inflight, cl.held, cl.waiting = 0, 0, 0
 	c.drained(e)
-	c.dispatch(e, now) // slots it held that no orphan took over
+	c.dispatch(e, now)
 }
 
 // BeginShutdown stops Join from taking new sessions; from now on Effects

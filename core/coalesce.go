@@ -235,7 +235,7 @@ func (c *Core) launch(e *Effects, uid uint64, p *router.Pending, sent, now time.
 		c.coal.lead(uid, p.Key, p.Method, p.Deadline, c.heads.epoch)
 	}
 	if p.Kind == router.KindCall && p.Client != router.Internal {
-		c.tookSlot(uid, sent)
+		c.tookSlot(uid, sent, now)
 	}
 	c.send(e, p.Frame)
 }

@@ -362,7 +362,8 @@ type Stats struct {
 	ClientSubs       int // client subscriptions
 	Orphaned         int // calls of departed clients still running at the node
 	// UpstreamInFlight is the slots taken of MaxUpstreamInFlight: client
-	// calls at the node, orphans included (0 without a bound).
+	// calls at the node, departed clients' included, each for at most
+	// slotHold (0 without a bound).
 	UpstreamInFlight int
 	// FairQueued is the client calls queued for a slot (a batch counts
 	// its elements), and FairQueuedClients the clients they are of.

@@ -13,9 +13,8 @@ import (
 // A slot is one client call the node is running for muxd on the current
 // connection: a single call sent and not yet answered, timed out or gone
 // with the connection (a coalesced call is one slot however many requests
-// wait on it), each call of a client batch's array in flight, and each
-// orphan (a call a departed client left running, orphans.go) until its
-// answer comes or its deadline passes. Subscriptions, unsubscribes and
+// wait on it), each call of a client batch's array in flight, its client's
+// departure included (orphans.go), for at most slotHold. Subscriptions, unsubscribes and
 // muxd's own requests (backfill, the finalized block, health checks) take
 // no slot and never queue: they are few, muxd's to bound, and a
 // subscription held back would lose pushes.
@@ -47,7 +46,7 @@ type fairShare struct {
 	// the current connection (orphans aside), with the time a queued one
 	// was sent (zero for one sent as it arrived): its round trip starts
 	// there. Kept only with a bound.
-	atNode map[uint64]time.Time
+	atNode map[uint64]slot
 	// queued holds the upstream ids of the single calls queued (in the
 	// pending table, not sent); a batch's are known by its
 	// UpstreamBatch (Sent).
@@ -60,6 +59,22 @@ type fairShare struct {
 
 // queuedCall is one unit of a client's queue: a single call (uid) or a
 // client batch's arrays (up).
+// slot is one call taking a slot: when it left its queue (zero: sent as it
+// arrived), for its round trip, and when the slot was first seen taken by
+// a dispatch or a Tick, for its hold (slotHold).
+type slot struct {
+	dispatched, seen time.Time
+}
+
+// slotHold is how long a call keeps its slot: past it the call still waits
+// for its answer (until its deadline) but no longer holds others back. A
+// call the node never answers, or a departed client's calls the node
+// drops, would otherwise hold their slots until their deadlines
+// (request_timeout, 30 s), stopping every client's calls; and a call that
+// takes this long is work the node does beside the others, not a queue in
+// front of them. A slot first seen by a Tick is held from that Tick.
+const slotHold = 2 * time.Second
+
 type queuedCall struct {
 	uid    uint64
 	up     *router.UpstreamBatch
@@ -68,11 +83,26 @@ type queuedCall struct {
 }
 
 func newFairShare(bound int) fairShare {
-	return fairShare{bound: bound, atNode: map[uint64]time.Time{}, queuedIDs: map[uint64]struct{}{}}
+	return fairShare{bound: bound, atNode: map[uint64]slot{}, queuedIDs: map[uint64]struct{}{}}
 }
 
-// used is the slots taken: calls at the node and orphans.
-func (c *Core) slotsUsed() int { return len(c.fair.atNode) + c.orphans.len() }
+// slotsUsed is the slots taken: calls at the node, departed clients' calls
+// included, within their hold.
+func (c *Core) slotsUsed() int { return len(c.fair.atNode) }
+
+// ageSlots frees the slots held past slotHold at now, and starts the hold
+// of those not yet seen.
+func (c *Core) ageSlots(now time.Time) {
+	for uid, s := range c.fair.atNode {
+		switch {
+		case s.seen.IsZero():
+			s.seen = now
+			c.fair.atNode[uid] = s
+		case !s.seen.Add(slotHold).After(now):
+			delete(c.fair.atNode, uid)
+		}
+	}
+}
 
 // slotFree reports whether a call may go upstream as it arrives: there is
 // no bound, or a slot is free and nobody is queued for one.
@@ -102,11 +132,11 @@ func (f *fairShare) pop() (queuedCall, bool) {
 	return qc, ok
 }
 
-// tookSlot records that the client call uid went upstream at sent (zero:
-// as it arrived).
-func (c *Core) tookSlot(uid uint64, sent time.Time) {
+// tookSlot records that the client call uid went upstream at now, from
+// its queue (dispatched, for its round trip) or as it arrived (zero).
+func (c *Core) tookSlot(uid uint64, dispatched, now time.Time) {
 	if c.fair.bound > 0 {
-		c.fair.atNode[uid] = sent
+		c.fair.atNode[uid] = slot{dispatched: dispatched, seen: now}
 	}
 }
 
@@ -118,11 +148,11 @@ func (c *Core) freeSlot(uid uint64) time.Time {
 	if c.fair.bound <= 0 {
 		return time.Time{}
 	}
-	sent, ok := c.fair.atNode[uid]
+	s, ok := c.fair.atNode[uid]
 	if ok {
 		delete(c.fair.atNode, uid)
 	}
-	return sent
+	return s.dispatched
 }
 
 // tookSlots records the calls of u's array in flight as taking slots.
@@ -132,7 +162,7 @@ func (c *Core) tookSlots(u *router.UpstreamBatch, sent time.Time) {
 	}
 	c.fair.scratch = u.InFlight(c.fair.scratch[:0])
 	for _, uid := range c.fair.scratch {
-		c.fair.atNode[uid] = sent
+		c.fair.atNode[uid] = slot{dispatched: sent, seen: sent}
 	}
 }
 

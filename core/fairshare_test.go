@@ -59,15 +59,28 @@ func TestFairShares(t *testing.T) {
 			{do: "gone c1", counts: map[string]int{"orphaned": 2}},
 			{do: "up", in: res("1", "1"), want: []string{sent(3)}, counts: map[string]int{"dropped client_gone": 1}},
 		}},
-		{name: "orphans_hold_their_slots_until_their_deadline", cfg: bound(1), steps: []step{
+		// A call the node does not answer holds its slot slotHold, not
+		// until its deadline: a node that drops calls must not stop
+		// everyone's for request_timeout.
+		{name: "orphans_hold_their_slots_slot_hold_at_most", cfg: bound(1), steps: []step{
 			{do: "join"},
 			{do: "join"},
 			{do: "connect"},
 			{do: "c1", in: est(`"a"`), want: []string{sent(1)}},
-			{do: "c2", in: est(`"v"`), at: 5 * sec},
-			{do: "gone c1"},
-			{do: "tick", at: 9 * sec},
-			{do: "tick", at: 10 * sec, want: []string{sent(2)}, counts: map[string]int{"orphaned": 0}},
+			{do: "c2", in: est(`"v"`), at: 500 * msec},
+			{do: "gone c1", at: sec, counts: map[string]int{"orphaned": 1}},
+			{do: "tick", at: 1999 * msec},
+			{do: "tick", at: 2 * sec, want: []string{sent(2)}, counts: map[string]int{"orphaned": 1}},
+			{do: "up", in: res("1", "1"), counts: map[string]int{"orphaned": 0, "dropped client_gone": 1}},
+		}},
+		{name: "an_unanswered_call_holds_its_slot_slot_hold_at_most", cfg: bound(1), steps: []step{
+			{do: "join"},
+			{do: "join"},
+			{do: "connect"},
+			{do: "c1", in: est(`"a"`), want: []string{sent(1)}},
+			{do: "c2", in: est(`"v"`), at: 500 * msec},
+			{do: "tick", at: 2 * sec, want: []string{sent(2)}},
+			{do: "up", in: res("1", "1"), want: []string{`c1< ` + res(`"a"`, "1")}},
 		}},
 		{name: "a_departed_clients_queued_calls_are_never_sent", cfg: bound(1), steps: []step{
 			{do: "join"},

@@ -38,8 +38,8 @@ const (
 	// defaultWriteTimeout): how long it lets a write to a client take.
 	DefaultSlowConsumerTimeout = 10 * time.Second
 	// DefaultMaxUpstreamInFlight bounds the client calls running at the
-	// node (core's fair shares, DESIGN §5, which says why 64).
-	DefaultMaxUpstreamInFlight = 64
+	// node (core's fair shares, DESIGN §5, which says why 1024).
+	DefaultMaxUpstreamInFlight = 1024
 )
 
 // DefaultRetryMethods and DefaultDenyMethods are the routing core's (see
@@ -156,7 +156,7 @@ type Config struct {
 	// the X-Muxd-Client header (ClientName). Other clients are unnamed.
 	Clients map[string]core.ClientClass
 	// MaxUpstreamInFlight bounds the client calls running at the node,
-	// orphans included; past it calls queue per client and go in fair
+	// departed clients' included, each for at most 2 s; past it calls queue per client and go in fair
 	// order as slots free (DESIGN §5). 0: DefaultMaxUpstreamInFlight;
 	// negative: no bound.
 	MaxUpstreamInFlight int
