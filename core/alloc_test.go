@@ -15,13 +15,16 @@ const allocRuns = 500
 
 // allocHarness is a connected core that counts nothing (an Observer of
 // the shell's would count into preallocated series), with limits wide
-// enough for allocRuns requests in flight.
+// enough for allocRuns requests in flight, the bound on calls at the node
+// among them: the common path, where calls take and free slots but none
+// queues.
 func allocHarness(t *testing.T, clients int) *harness {
 	h := newHarness(t, func(c *Config) {
 		c.Observer = nil
 		c.MaxClients = clients
 		c.MaxInFlight = 2 * allocRuns
 		c.MaxHeldBytes = 1 << 30
+		c.MaxUpstreamInFlight = 2 * allocRuns
 	})
 	for range clients {
 		h.join(false)
@@ -117,6 +120,7 @@ func allocsAnswerToBatch(t *testing.T, reversed bool) {
 	h := newHarness(t, func(c *Config) {
 		c.Observer = nil
 		c.MaxInFlight = n * (allocRuns + 1)
+		c.MaxUpstreamInFlight = n * (allocRuns + 1)
 		c.MaxHeldBytes = 1 << 30
 		c.MaxBatch, c.UpstreamMaxBatch = n, n
 	})

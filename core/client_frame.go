@@ -91,8 +91,9 @@ func (c *Core) admitAll(e *Effects, cl *client, frame []byte, msgs []router.Mess
 	}
 	if up != nil && up.Len() > 0 && c.gen != 0 {
 		// The forwarded elements go as one array (or several, past
-		// UpstreamMaxBatch): the node runs them in order.
-		c.sendArrays(e, up)
+		// UpstreamMaxBatch): the node runs them in order. Past the
+		// bound on calls at the node they queue as one unit.
+		c.sendOrQueueBatch(e, cl.id, up, now)
 	}
 	for _, a := range answers {
 		if b.Add(a.slot, a.resp) {
@@ -185,6 +186,12 @@ func (c *Core) admit(e *Effects, cl *client, frame []byte, m *router.Message, b 
 	if cl.inflight >= c.cfg.MaxInFlight {
 		c.obs.Limit("in_flight")
 		return c.errorBytes(method, id, router.ErrorLimit.Because("too many requests in flight"))
+	}
+	if cl.named != nil {
+		if limit := cl.named.admit(now); limit != "" {
+			c.obs.Limit(limit)
+			return c.errorBytes(method, id, namedRefusal[limit])
+		}
 	}
 	// What a request costs to hold is its upstream frame (the element
 	// with a longer id, and the client's id after it). A client holding
@@ -287,7 +294,7 @@ func (c *Core) enqueue(e *Effects, cl *client, uid uint64, p router.Pending, now
 			cl.waiting++
 		}
 	case p.Up == nil:
-		c.forward(e, uid, p, now)
+		c.forwardOrQueue(e, uid, p, now)
 	default:
 		c.reqs.Add(uid, p)
 	}

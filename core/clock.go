@@ -23,6 +23,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	var next []*router.UpstreamBatch // arrays whose one in flight is settled now
 	c.reqs.Expire(now, func(id uint64, p router.Pending) {
 		c.settled(&p)
+		c.freeSlot(id)
 		c.coal.left(id) // its call, if any, goes on for the others
 		switch p.Kind {
 		case router.KindBackfill:
@@ -53,6 +54,8 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 	c.applyGap(e, c.gap.Tick(now), nil, now)
 	c.orphans.expire(now)
 	c.drained(e)
+	c.ageSlots(now)
+	c.dispatch(e, now) // deadlines and holds free slots
 }
 
 // expireWaiters removes the client eth_subscribe requests waiting for the
@@ -100,9 +103,14 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 		c.orphaned(uid, &p) // first: a coalesced call ends with its last waiter
 		c.coal.left(uid)
 	})
+	c.dropQueued(cl) // never sent
 	c.waiting.forget(cl.waiting, c.alive)
 	c.obs.InFlight(-cl.inflight)
 	c.owing -= cl.inflight
+	if cl.named != nil {
+		cl.named.inflight -= cl.inflight
+		cl.named.sessions--
+	}
 	released := c.released
 	for subID := range cl.subs {
 		c.detach(e, cl, subID, now) // gives back each subscription's bytes (dropSub)
@@ -114,6 +122,7 @@ func (c *Core) ClientGone(e *Effects, id router.ClientID, now time.Time) {
 	c.held -= cl.held
 	cl.inflight, cl.held, cl.waiting = 0, 0, 0
 	c.drained(e)
+	c.dispatch(e, now)
 }
 
 // BeginShutdown stops Join from taking new sessions; from now on Effects
@@ -143,6 +152,7 @@ func (c *Core) Shutdown(e *Effects, err router.RPCError, now time.Time) int {
 		done = append(done, p)
 	})
 	c.coal.reset()
+	c.resetSlots()
 	for _, w := range c.waiting.take() {
 		if !c.alive(w.p.Client) {
 			continue

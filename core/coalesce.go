@@ -218,16 +218,25 @@ func (t *coalesceTable) joined() int {
 // connection, or has it join an identical call in flight, and records it
 // in the pending table either way.
 func (c *Core) forward(e *Effects, uid uint64, p router.Pending, now time.Time) {
+	c.reqs.Add(uid, p)
+	c.launch(e, uid, &p, time.Time{}, now)
+}
+
+// launch sends single request p (upstream id uid), in the pending table
+// already, or has it join an identical call in flight. sent is when it
+// leaves a fair-share queue (zero: as it arrived).
+func (c *Core) launch(e *Effects, uid uint64, p *router.Pending, sent, now time.Time) {
 	if p.Key != "" && p.Kind == router.KindCall && c.coalesce[p.Method] {
 		if k := c.coal.find(p.Key, now, c.heads.epoch); k != nil {
-			c.reqs.Add(uid, p)
 			c.coal.join(k, uid)
 			c.obs.Coalesced(p.Method)
 			return
 		}
 		c.coal.lead(uid, p.Key, p.Method, p.Deadline, c.heads.epoch)
 	}
-	c.reqs.Add(uid, p)
+	if p.Kind == router.KindCall && p.Client != router.Internal {
+		c.tookSlot(uid, sent, now)
+	}
 	c.send(e, p.Frame)
 }
 

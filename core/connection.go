@@ -23,6 +23,7 @@ func (c *Core) connected(e *Effects, gen uint64, now time.Time) {
 	resubscribed := len(e.Upstream)
 	waiting := c.waiting.take()
 	sent := 0
+	var lastBatch *router.UpstreamBatch
 	for _, w := range waiting {
 		if !c.alive(w.p.Client) {
 			continue // its client left
@@ -32,15 +33,17 @@ func (c *Core) connected(e *Effects, gen uint64, now time.Time) {
 		}
 		sent++
 		if w.p.Up == nil {
-			// Identical requests that waited go as one call.
-			c.forward(e, w.id, w.p, now)
+			// Identical requests that waited go as one call, and past
+			// the bound on calls at the node they queue for a slot.
+			c.forwardOrQueue(e, w.id, w.p, now)
 			continue
 		}
 		c.reqs.Add(w.id, w.p)
-		if !w.p.Up.Started() {
+		if !w.p.Up.Started() && w.p.Up != lastBatch {
 			// A batch's requests wait together, in order: its array
-			// goes where its first request stood.
-			c.send(e, w.p.Up.NextArrays(nil, c.cfg.UpstreamMaxBatch, c.cfg.MaxUpstreamMessage)...)
+			// goes (or queues) where its first request stood.
+			lastBatch = w.p.Up
+			c.sendOrQueueBatch(e, w.p.Client, w.p.Up, now)
 		}
 	}
 	e.Gen = gen
@@ -99,7 +102,8 @@ func (c *Core) lose(e *Effects, now time.Time, why string, keep func(id uint64, 
 		}
 		// A request of a batch's later array was never sent: the node
 		// cannot have run it, so it is sent again whatever its method.
-		unsent := p.Up != nil && !p.Up.Sent(id)
+		// Nor a call queued for a slot (fairshare.go).
+		unsent := (p.Up != nil && !p.Up.Sent(id)) || c.queuedUnsent(id)
 		if (unsent || c.policy.retryable(p.Method)) && now.Before(p.Deadline) && !c.waiting.full(c.cfg.MaxWaiting) {
 			if p.Up != nil {
 				ng := regrouped[p.Up]
@@ -128,6 +132,7 @@ func (c *Core) lose(e *Effects, now time.Time, why string, keep func(id uint64, 
 	}
 	c.forgetConnection()
 	c.orphans.forget()
+	c.resetSlots()
 	c.subs.lost()
 	c.subGauges()
 	c.gap.Disconnected()

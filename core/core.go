@@ -46,6 +46,10 @@ type Config struct {
 	MaxSubscriptions  int // one client's subscriptions
 	MaxClients        int // sessions
 	MaxWaiting        int // requests waiting for an upstream
+	// MaxUpstreamInFlight bounds the client calls running at the node
+	// (fairshare.go); past it calls queue per client and are sent in
+	// fair order as slots free. <= 0: no bound.
+	MaxUpstreamInFlight int
 	// HeldPushBytes bounds the pushes held for one subscription whose
 	// answer has not gone out yet (the client's outbound queue bound).
 	HeldPushBytes int
@@ -73,6 +77,9 @@ type Config struct {
 	// core cannot derive from its events: the shell draws them at random.
 	NewSubscriptionID func() string
 	Observer          Observer // nil: nothing is counted
+	// Clients are the named clients' shares and limits, by name
+	// (names.go); none: every session is unnamed.
+	Clients map[string]ClientClass
 	// Arenas, when set, returns a buffer of capacity at least n for the
 	// memory a client batch's upstream array is laid out in: the shell
 	// reuses the buffers that whole-batch answers come back in
@@ -130,6 +137,8 @@ type Core struct {
 	orphans         orphanTable
 	reportedOrphans int
 	cache           answerCache
+	fair            fairShare
+	names           map[string]*named // Config.Clients' state (names.go)
 	heads           headView
 	fin             finalizedView
 
@@ -151,6 +160,7 @@ type client struct {
 	waiting  int  // of those, entries in the waiting queue
 	seq      uint64
 	subs     map[string]*member // its subscriptions by client subscription id
+	named    *named             // the configured name it joined under (names.go); nil: unnamed
 }
 
 // New returns a core with no clients and no upstream connection.
@@ -164,6 +174,10 @@ func New(cfg Config) (*Core, error) {
 	}
 	if cfg.NewSubscriptionID == nil {
 		return nil, errors.New("core: no NewSubscriptionID")
+	}
+	names, err := newNames(cfg.Clients, nil)
+	if err != nil {
+		return nil, fmt.Errorf("core: %w", err)
 	}
 	gapTimeout := min(cfg.RequestTimeout, gapfill.DefaultRequestTimeout)
 	coalesce := make(map[string]bool, len(cfg.CoalesceMethods))
@@ -186,6 +200,8 @@ func New(cfg Config) (*Core, error) {
 		gap:        gapfill.New(gapfill.Config{Blocks: cfg.BackfillBlocks, RequestTimeout: gapTimeout, JobTimeout: 6 * gapTimeout}),
 		gapReqs:    make(map[uint64]uint64),
 		gapTimeout: gapTimeout,
+		fair:       newFairShare(cfg.MaxUpstreamInFlight),
+		names:      names,
 	}
 	c.batches.Alloc = cfg.Arenas
 	return c, nil
@@ -255,6 +271,7 @@ func (c *Core) sendArrays(e *Effects, u *router.UpstreamBatch) {
 		e.Upstream = e.Upstream[:n]
 	case len(e.Upstream) > n:
 		e.Gen = c.gen
+		c.tookSlots(u, time.Time{})
 	}
 }
 
@@ -265,6 +282,9 @@ func (c *Core) started(cl *client, held int) {
 		cl.inflight++
 		c.hold(cl, held)
 		c.owing++
+		if cl.named != nil {
+			cl.named.inflight++
+		}
 	}
 	c.obs.InFlight(1)
 }
@@ -296,6 +316,9 @@ func (c *Core) endedN(cl *client, n, held int) {
 		cl.inflight -= n
 		c.hold(cl, -held)
 		c.owing -= n
+		if cl.named != nil {
+			cl.named.inflight -= n
+		}
 	}
 	c.obs.InFlight(-n)
 }
@@ -338,6 +361,14 @@ type Stats struct {
 	UpstreamSubs     int // live upstream subscriptions
 	ClientSubs       int // client subscriptions
 	Orphaned         int // calls of departed clients still running at the node
+	// UpstreamInFlight is the slots taken of MaxUpstreamInFlight: client
+	// calls at the node, departed clients' included, each for at most
+	// slotHold (0 without a bound).
+	UpstreamInFlight int
+	// FairQueued is the client calls queued for a slot (a batch counts
+	// its elements), and FairQueuedClients the clients they are of.
+	FairQueued        int
+	FairQueuedClients int
 }
 
 // Stats returns a snapshot of the tables. It walks the clients.
@@ -360,6 +391,11 @@ func (c *Core) Stats() Stats {
 	}
 	s.UpstreamSubs, s.ClientSubs = c.subs.counts()
 	s.Orphaned = c.orphans.len()
+	if c.fair.bound > 0 {
+		s.UpstreamInFlight = c.slotsUsed()
+		s.FairQueued = c.fair.q.Cost() + c.fair.bulk.Cost()
+		s.FairQueuedClients = c.fair.q.Flows() + c.fair.bulk.Flows()
+	}
 	return s
 }
 

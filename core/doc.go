@@ -44,7 +44,9 @@
 // connection.go (connect and loss), clock.go (Tick, ClientGone, shutdown),
 // waiting.go, backfill.go, policy.go, methods.go, drops.go, coalesce.go,
 // cache.go, heads.go (the head view), finalized.go (the node's finalized
-// block, for the cache).
+// block, for the cache), fairshare.go (the bound on client calls at the
+// node and its fair shares, ordered by package fairq), names.go (named
+// clients' shares and limits).
 //
 // A Core is not safe for concurrent use: the shell makes one call at a time
 // (mux holds Server.mu around each) and applies the effects after.

@@ -186,6 +186,13 @@ type Observer interface {
 	CacheEvicted(method string)          // an entry evicted (bound, reorg, connection lost), by method
 	CacheBytes(n int)                    // bytes the cache holds now
 	Orphaned(n int)                      // calls of departed clients still running at the node, now
+	// FairQueued is a client call (or batch) leaving its fair-share queue
+	// for the node after waiting wait for a slot (fairshare.go).
+	FairQueued(wait time.Duration)
+	// Throttled is a node's answer on connection gen saying it limits the
+	// request rate (router.Throttle): 429, -32029, -32005 "limit
+	// exceeded", "rate limit"…
+	Throttled(gen uint64)
 }
 
 // nopObserver counts nothing.
@@ -209,3 +216,5 @@ func (nopObserver) CacheMiss(string)                             {}
 func (nopObserver) CacheEvicted(string)                          {}
 func (nopObserver) CacheBytes(int)                               {}
 func (nopObserver) Orphaned(int)                                 {}
+func (nopObserver) FairQueued(time.Duration)                     {}
+func (nopObserver) Throttled(uint64)                             {}

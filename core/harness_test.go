@@ -87,6 +87,8 @@ func (r *recorder) CacheMiss(method string)        { r.counts["cache miss "+meth
 func (r *recorder) CacheEvicted(method string)     { r.counts["cache evicted "+method]++ }
 func (r *recorder) CacheBytes(int)                 {}
 func (r *recorder) Orphaned(n int)                 { r.counts["orphaned"] = n } // a gauge: the last value
+func (r *recorder) FairQueued(time.Duration)       { r.counts["fair queued"]++ }
+func (r *recorder) Throttled(uint64)               { r.counts["throttled"]++ }
 
 // harness drives one Core. now only moves when a step says so; the core
 // never reads a clock.

@@ -80,7 +80,10 @@ func (c *Core) orphaned(uid uint64, p *router.Pending) {
 		return
 	}
 	if p.Up != nil && !p.Up.Sent(uid) {
-		return // a later array of its batch, never sent
+		return // a later array of its batch, or a queued batch: never sent
+	}
+	if c.queuedUnsent(uid) {
+		return // queued for a slot, never sent
 	}
 	c.orphans.add(uid, orphan{p.Deadline, p.Method, p.Key})
 }

@@ -21,7 +21,7 @@ func TestSansIO(t *testing.T) {
 		"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true, "AfterFunc": true,
 		"NewTimer": true, "NewTicker": true, "Tick": true,
 	}
-	for _, dir := range []string{".", "../router", "../gapfill", "../failover"} {
+	for _, dir := range []string{".", "../router", "../gapfill", "../failover", "../fairq"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -25,7 +25,8 @@ import (
 //   - ReportHeads follows the number of upstreams.
 //
 // What cannot change live (DialGrace, MaxUpstreamMessage, HeldPushBytes,
-// BackfillBlocks) makes Reconfigure return an error naming every such
+// BackfillBlocks, MaxUpstreamInFlight: the slots taken are counted only
+// while a bound is set) makes Reconfigure return an error naming every such
 // field, and change nothing; so does an invalid deny pattern. The
 // functions (NewSubscriptionID, Observer, Arenas) are kept as they were.
 func (c *Core) Reconfigure(cfg Config) error {
@@ -38,6 +39,7 @@ func (c *Core) Reconfigure(cfg Config) error {
 		{"MaxUpstreamMessage", int64(c.cfg.MaxUpstreamMessage), int64(cfg.MaxUpstreamMessage)},
 		{"HeldPushBytes", int64(c.cfg.HeldPushBytes), int64(cfg.HeldPushBytes)},
 		{"BackfillBlocks", int64(c.cfg.BackfillBlocks), int64(cfg.BackfillBlocks)},
+		{"MaxUpstreamInFlight", int64(c.cfg.MaxUpstreamInFlight), int64(cfg.MaxUpstreamInFlight)},
 	} {
 		if f.old != f.new {
 			errs = append(errs, fmt.Errorf("core: %s cannot change without a restart (%d, asked %d)", f.name, f.old, f.new))
@@ -51,9 +53,15 @@ func (c *Core) Reconfigure(cfg Config) error {
 		}
 		pol = p
 	}
+	if _, err := newNames(cfg.Clients, nil); err != nil {
+		errs = append(errs, fmt.Errorf("core: %w", err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	// A name kept keeps its sessions and counts, with its new class; a
+	// name dropped stays with the sessions under it until they leave.
+	names, _ := newNames(cfg.Clients, c.names)
 	// Kept: the functions the shell gave at New.
 	cfg.NewSubscriptionID, cfg.Arenas = c.cfg.NewSubscriptionID, c.cfg.Arenas
 	cfg.Observer = c.obs
@@ -70,6 +78,7 @@ func (c *Core) Reconfigure(cfg Config) error {
 		c.cache.evict(c.cache.lru.Back())
 	}
 	c.countEvictions()
+	c.names = names
 	c.cfg = cfg
 	return nil
 }

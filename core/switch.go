@@ -88,8 +88,8 @@ func (c *Core) stays(id uint64, p *router.Pending) bool {
 	if c.drain.holds(id, p) {
 		return true
 	}
-	if p.Kind != router.KindCall || p.Client == router.Internal {
-		return false
+	if p.Kind != router.KindCall || p.Client == router.Internal || c.queuedUnsent(id) {
+		return false // a call queued for a slot was never sent: it moves
 	}
 	if p.Up != nil {
 		return p.Up.SentOwing(c.mayNotRepeat)

@@ -23,6 +23,7 @@ func (c *Core) UpstreamFrame(e *Effects, gen uint64, frame []byte, f router.Fram
 	if gen != c.gen && gen == c.drain.gen {
 		defer c.drained(e)
 	}
+	defer c.dispatch(e, now) // the answers free slots
 	switch {
 	case errors.Is(scanErr, router.ErrEmptyBatch):
 		// Valid JSON, but no answer to anything.
@@ -140,9 +141,14 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 		c.drop(e, DropUnknownID, "upstream response on a connection that is no longer current", "gen", gen)
 		return
 	}
+	var dispatched time.Time // when it left a fair-share queue
+	if gen == c.gen {
+		dispatched = c.freeSlot(uid)
+	}
+	c.countThrottle(gen, frame, m)
 	if k := c.coal.answered(uid); k != nil {
 		if p, ok := c.reqs.Peek(uid); ok {
-			c.roundTrip(gen, p, now) // the call sent, not those that joined it
+			c.roundTrip(gen, p, dispatched, now) // the call sent, not those that joined it
 		}
 		c.learn(k.method, k.key, frame, m)
 		c.callAnswered(e, k, frame, m, lendable, now)
@@ -164,7 +170,7 @@ func (c *Core) response(e *Effects, gen uint64, frame []byte, m *router.Message,
 	if p.Up != nil {
 		c.arrayAnswered(e, uid, &p, frame, m, arrayOfOne, now)
 	} else {
-		c.roundTrip(gen, &p, now)
+		c.roundTrip(gen, &p, dispatched, now)
 	}
 	cl := c.settled(&p)
 	switch p.Kind {
@@ -215,6 +221,7 @@ func (c *Core) arrayAnswered(e *Effects, uid uint64, p *router.Pending, frame []
 			if !ok {
 				continue
 			}
+			c.freeSlot(id)
 			if q.Up.Settle(id) {
 				c.sendArrays(e, q.Up)
 			}
@@ -285,10 +292,14 @@ func (c *Core) wholeBatch(e *Effects, frame []byte, msgs []router.Message, now t
 		}
 		order[p.Slot] = slotElem{i, p}
 	}
+	for i := range msgs {
+		c.countThrottle(c.gen, frame, &msgs[i])
+	}
 	cl := c.clients[b.Client]
 	first, _ := c.reqs.Peek(uids[0])
 	up := first.Up
 	for _, uid := range uids {
+		c.freeSlot(uid)
 		if up.Settle(uid) {
 			c.sendArrays(e, up)
 		}
@@ -382,14 +393,17 @@ func nodeOutcome(code int) Outcome {
 // roundTrip counts how long connection gen took to answer p, a single
 // request, from when it went upstream: its arrival, or the moment gen
 // became current for one that waited for a connection or was sent again on
-// this one.
-func (c *Core) roundTrip(gen uint64, p *router.Pending, now time.Time) {
+// this one, or dispatched, when it left a fair-share queue (fairshare.go).
+func (c *Core) roundTrip(gen uint64, p *router.Pending, dispatched, now time.Time) {
 	if p.Sent.IsZero() {
 		return
 	}
 	sent := p.Sent
 	if gen == c.gen && c.since.After(sent) {
 		sent = c.since
+	}
+	if dispatched.After(sent) {
+		sent = dispatched
 	}
 	c.obs.RoundTrip(gen, now.Sub(sent))
 }

@@ -37,6 +37,9 @@ const (
 	// DefaultSlowConsumerTimeout is geth's own write timeout (rpc,
 	// defaultWriteTimeout): how long it lets a write to a client take.
 	DefaultSlowConsumerTimeout = 10 * time.Second
+	// DefaultMaxUpstreamInFlight bounds the client calls running at the
+	// node (core's fair shares, DESIGN §5, which says why 1024).
+	DefaultMaxUpstreamInFlight = 1024
 )
 
 // DefaultRetryMethods and DefaultDenyMethods are the routing core's (see
@@ -148,6 +151,15 @@ type Config struct {
 	MaxClients int
 	// MaxWaiting bounds requests queued while no upstream is connected.
 	MaxWaiting int
+	// Clients are the named clients' shares and limits (core.ClientClass),
+	// by the name a WebSocket or HTTP client gives in its URL's path or
+	// the X-Muxd-Client header (ClientName). Other clients are unnamed.
+	Clients map[string]core.ClientClass
+	// MaxUpstreamInFlight bounds the client calls running at the node,
+	// departed clients' included, each for at most 2 s; past it calls queue per client and go in fair
+	// order as slots free (DESIGN §5). 0: DefaultMaxUpstreamInFlight;
+	// negative: no bound.
+	MaxUpstreamInFlight int
 
 	// AllowedHosts are the Host header values accepted on the --listen
 	// address; empty means DefaultAllowedHosts, "*" allows any.
@@ -277,6 +289,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWaiting <= 0 {
 		c.MaxWaiting = DefaultMaxWaiting
+	}
+	if c.MaxUpstreamInFlight == 0 {
+		c.MaxUpstreamInFlight = DefaultMaxUpstreamInFlight
 	}
 	if len(c.AllowedHosts) == 0 {
 		c.AllowedHosts = DefaultAllowedHosts

@@ -68,7 +68,7 @@ func fanoutServer(b *testing.B, n int) (*Server, *upstreamConn) {
 	// Every client subscribes (the core's first request, upstream id 1,
 	// is the one eth_subscribe), and the node's answer makes the key live.
 	for i := 0; i < n; i++ {
-		c, err := srv.newClient(ctx, discardTransport{})
+		c, err := srv.newClient(ctx, discardTransport{}, "")
 		if err != nil {
 			b.Fatal(err)
 		}

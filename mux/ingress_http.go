@@ -96,7 +96,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Not r.Context(): net/http cancels it when the client shuts down its
 	// sending side after the body, and such a client still waits for its
 	// answer. The session ends with the answer, or at request_timeout.
-	c, err := s.newClient(context.WithoutCancel(r.Context()), tr)
+	c, err := s.newClient(context.WithoutCancel(r.Context()), tr, ClientName(r))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return

@@ -69,7 +69,9 @@ func (s *Server) ServeIPC(ln net.Listener) error {
 }
 
 func (s *Server) serveIPCConn(conn net.Conn) {
-	c, err := s.newClient(context.Background(), &ipcTransport{conn: conn})
+	// IPC clients are unnamed: a Unix socket has no path or header to
+	// say a name with.
+	c, err := s.newClient(context.Background(), &ipcTransport{conn: conn}, "")
 	if err != nil {
 		conn.Close()
 		return

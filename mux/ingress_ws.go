@@ -85,7 +85,7 @@ func (s *Server) ServeWebSocket(w http.ResponseWriter, r *http.Request) {
 	// the end; the library's own limit, well above, only stops a peer that
 	// streams without end.
 	conn.SetReadLimit(4*s.cfg.MaxMessageBytes + 1024)
-	c, err := s.newClient(context.WithoutCancel(r.Context()), &wsTransport{conn: conn, cork: cw.conn})
+	c, err := s.newClient(context.WithoutCancel(r.Context()), &wsTransport{conn: conn, cork: cw.conn}, ClientName(r))
 	if err != nil {
 		code := websocket.StatusTryAgainLater
 		if errors.Is(err, ErrClosed) {

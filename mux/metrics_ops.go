@@ -25,7 +25,9 @@ type opsMetrics struct {
 	// roundTrip is muxd_upstream_round_trip_seconds{upstream}; each
 	// upstream holds its own series (upstreamNode.rtt).
 	roundTrip *prometheus.HistogramVec
-	pushLag   prometheus.Histogram // muxd_push_delivery_lag_seconds
+	pushLag   prometheus.Histogram   // muxd_push_delivery_lag_seconds
+	fairWait  prometheus.Histogram   // muxd_fair_queue_wait_seconds (metrics_fair.go)
+	throttled *prometheus.CounterVec // muxd_upstream_throttled_total{upstream} (metrics_fair.go)
 }
 
 // latencyBuckets are the buckets of the request latency histograms.
@@ -49,6 +51,8 @@ func newOpsMetrics() *opsMetrics {
 			Help:    "Time from a subscription push read from the node to its copy queued for the last of its subscribers.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
+		fairWait:  newFairWait(),
+		throttled: newThrottled(),
 	}
 }
 
@@ -118,14 +122,17 @@ func (s *Server) opsSeries(reg prometheus.Registerer) {
 	if reg == nil {
 		return
 	}
-	reg.MustRegister(o.byMethod, o.roundTrip, o.pushLag)
+	reg.MustRegister(o.byMethod, o.roundTrip, o.pushLag, o.fairWait, o.throttled)
 	reg.MustRegister(s.opsGauges()...)
+	reg.MustRegister(s.fairGauges()...)
+	reg.MustRegister(newNamedCollector(s))
 }
 
 // limitNames are the label values of muxd_limit_exceeded_total.
 var limitNames = []string{
 	"batch_size", "in_flight", "held_bytes", "held_bytes_total", "message_size", "subscriptions",
 	"upstream_read", "waiting", "clients", "http_body", "connections", "idle_connections", "http_read_timeout",
+	"client_in_flight", "client_rate",
 }
 
 // gapReasons are the reasons of muxd_backfill_gaps_total (package

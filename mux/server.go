@@ -219,15 +219,19 @@ func (s *Server) coreConfig(cfg Config) core.Config {
 		NewSubscriptionID:  newSubscriptionID,
 		Observer:           observer{s.metrics, s},
 		Arenas:             s.arenas.get,
+
+		// The fair shares of calls at the node (DESIGN §5).
+		MaxUpstreamInFlight: max(cfg.MaxUpstreamInFlight, 0),
+		Clients:             cfg.Clients,
 	}
 }
 
 // newClient registers a session over tr. The returned client's context ends
 // when the session does; the caller runs its reader and must call
 // removeClient when it returns.
-func (s *Server) newClient(parent context.Context, tr transport) (*Client, error) {
+func (s *Server) newClient(parent context.Context, tr transport, name string) (*Client, error) {
 	s.mu.Lock()
-	id, err := s.core.Join(tr.name() == "http")
+	id, _, err := s.core.JoinAs(tr.name() == "http", name)
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err

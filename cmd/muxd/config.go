@@ -85,6 +85,8 @@ type Config struct {
 	MaxMessageBytes         int64             `toml:"max_message_bytes"`
 	MaxSubscriptions        int               `toml:"max_subscriptions"`
 	MaxWaiting              int               `toml:"max_waiting"`
+	MaxUpstreamInFlight     int               `toml:"max_upstream_in_flight"`
+	Clients                 Clients           `toml:"clients"`
 	OutboundQueueBytes      int               `toml:"outbound_queue_bytes"`
 	OutboundQueueBytesTotal int               `toml:"outbound_queue_bytes_total"`
 	SlowConsumerTimeout     Duration          `toml:"slow_consumer_timeout"`
@@ -141,6 +143,8 @@ func defaults() Config {
 		MaxMessageBytes:         mux.DefaultMaxMessageBytes,
 		MaxSubscriptions:        mux.DefaultMaxSubscriptions,
 		MaxWaiting:              mux.DefaultMaxWaiting,
+		MaxUpstreamInFlight:     mux.DefaultMaxUpstreamInFlight,
+		Clients:                 Clients{},
 		OutboundQueueBytes:      mux.DefaultOutboundQueueBytes,
 		OutboundQueueBytesTotal: mux.DefaultOutboundQueueBytesTotal,
 		SlowConsumerTimeout:     Duration{mux.DefaultSlowConsumerTimeout},
@@ -305,6 +309,10 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	}
 	if c.CacheBytes < 0 {
 		add("cache_bytes: must not be negative (0 turns the cache off), got %d", c.CacheBytes)
+	}
+	c.Clients.validate(add)
+	if c.MaxUpstreamInFlight < 0 {
+		add("max_upstream_in_flight: must not be negative (0 turns the bound off), got %d", c.MaxUpstreamInFlight)
 	}
 	if c.MaxConnections < 0 {
 		add("max_connections: must not be negative (0 means max_clients), got %d", c.MaxConnections)

@@ -75,6 +75,12 @@ func applyEnv(cfg *Config, lookup func(string) (string, bool), skip func(key str
 			list, err := upstreamsFromEnv(raw) // its errors name MUXD_UPSTREAM
 			errs = multierror.Append(errs, err)
 			f.Set(reflect.ValueOf(list))
+		case Clients:
+			cs, err := parseClients(splitClientsEnv(raw))
+			if err != nil {
+				errs = multierror.Append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			f.Set(reflect.ValueOf(cs))
 		case map[string]string:
 			m, err := headersFromEnv(name, raw)
 			errs = multierror.Append(errs, err)

@@ -71,6 +71,8 @@ var envSamples = map[string]struct {
 	"max_message_bytes":          {"1000", nil},
 	"max_subscriptions":          {"2", nil},
 	"max_waiting":                {"3", nil},
+	"max_upstream_in_flight":     {"32", nil},
+	"clients":                    {"bot-a:weight=2,class=bulk", nil},
 	"outbound_queue_bytes":       {"4000", nil},
 	"outbound_queue_bytes_total": {"40000", nil},
 	"slow_consumer_timeout":      {"4s", nil},

@@ -143,6 +143,12 @@ func setField(f reflect.Value, vals []string) error {
 			list = []string{}
 		}
 		f.Set(reflect.ValueOf(list))
+	case Clients:
+		cs, err := parseClients(vals)
+		if err != nil {
+			return err
+		}
+		f.Set(reflect.ValueOf(cs))
 	case map[string]string:
 		m := map[string]string{}
 		for _, v := range vals {

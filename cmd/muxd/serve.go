@@ -283,6 +283,8 @@ func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Con
 		SlowConsumerTimeout:     cfg.SlowConsumerTimeout.Duration,
 		MaxSubscriptions:        cfg.MaxSubscriptions,
 		MaxWaiting:              cfg.MaxWaiting,
+		MaxUpstreamInFlight:     cmp.Or(cfg.MaxUpstreamInFlight, -1), // 0 in the config turns it off
+		Clients:                 cfg.Clients.classes(),
 		MaxClients:              cfg.MaxClients,
 		AllowedHosts:            cfg.AllowedHosts,
 		MaxHTTPBodyBytes:        cfg.HTTPBodyBytes,
