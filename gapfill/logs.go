@@ -498,7 +498,7 @@ func (m *Machine) deepReorg(k *keyState, j *job, replacedFrom uint64, forkKnown 
 	if lo, hi, ok := k.stale(replacedFrom); ok {
 		gapFrom, gapTo, deep = lo, hi, true
 	}
-	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
+	if floor := m.floor(k, j.head); from < floor {
 		gapFrom, gapTo, deep = min(gapFrom, from), max(gapTo, floor-1), true
 	}
 	if !forkKnown {
@@ -874,7 +874,7 @@ const ByHashBlocks = 4
 func (m *Machine) fetchRange(k *keyState, from uint64, count bool, now time.Time) {
 	j := k.job
 	j.fetching = true
-	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
+	if floor := m.floor(k, j.head); from < floor {
 		if count {
 			m.gapBlocks(k, "too_long", from, floor-1)
 		}
@@ -890,8 +890,9 @@ func (m *Machine) fetchRange(k *keyState, from uint64, count bool, now time.Time
 			j.queue = append(j.queue, blockByNumber(n, purposeLogsBlock))
 		}
 	} else {
-		for a := from; a <= j.head; a += m.cfg.LogsChunk {
-			b := min(a+m.cfg.LogsChunk-1, j.head)
+		chunk := m.chunk(k)
+		for a := from; a <= j.head; a += chunk {
+			b := min(a+chunk-1, j.head)
 			j.chunks++
 			j.queue = append(j.queue, &request{method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
 				purpose: purposeGetLogs, num: a, to: b})

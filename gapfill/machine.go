@@ -27,6 +27,10 @@ type Config struct {
 	MaxInFlight int
 	// LogsChunk is the most blocks one eth_getLogs covers.
 	LogsChunk uint64
+	// HistoryChunk is the most blocks one eth_getLogs of a history
+	// subscription covers (history.go); a range the node refuses as too
+	// large is asked again in halves.
+	HistoryChunk uint64
 	// MaxHeld bounds the live pushes a job holds for its key.
 	MaxHeld int
 	// HeadWait is how long a newHeads key that is live again waits for
@@ -46,6 +50,7 @@ const (
 	DefaultJobTimeout     = 60 * time.Second
 	DefaultMaxInFlight    = 8
 	DefaultLogsChunk      = 32
+	DefaultHistoryChunk   = 1000
 	DefaultMaxHeld        = 10000
 	DefaultHeadWait       = time.Second
 )
@@ -74,6 +79,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LogsChunk == 0 {
 		c.LogsChunk = DefaultLogsChunk
+	}
+	if c.HistoryChunk == 0 {
+		c.HistoryChunk = DefaultHistoryChunk
 	}
 	if c.MaxHeld <= 0 {
 		c.MaxHeld = DefaultMaxHeld
@@ -241,6 +249,11 @@ type keyState struct {
 	// live: the key's subscription is live on the current connection
 	// (Live since the last Disconnected).
 	live bool
+
+	// history: a history subscription's logs key (history.go), owed
+	// every log from block histFrom on.
+	history  bool
+	histFrom uint64
 
 	job  *job
 	held [][]byte // pushes (params.result, copied) held while job runs
