@@ -109,3 +109,19 @@ func TooManyResults(message string) bool {
 	}
 	return false
 }
+
+// countLog counts a log the machine fetched and delivered to k (or sent
+// again removed).
+func (m *Machine) countLog(k *keyState) {
+	if k.history {
+		m.eff.HistoryLogs++
+		return
+	}
+	m.eff.LogsBackfilled++
+}
+
+// HistoryHeads starts key, a newHeads history subscription owed the heads
+// above block from. (Not built yet: nothing is delivered.)
+func (m *Machine) HistoryHeads(key string, from uint64, now time.Time) Effects {
+	return m.take()
+}

@@ -837,7 +837,7 @@ func (m *Machine) removeBlock(k *keyState, n uint64) {
 	logs := slices.SortedFunc(slices.Values(b.logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
 	for _, l := range logs {
 		m.deliver(k, false, asRemoved(l.raw))
-		m.eff.LogsBackfilled++
+		m.countLog(k)
 	}
 	delete(k.blocks, n)
 }
@@ -1162,7 +1162,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		m.remember(k, l)
 		m.deliver(k, false, l.raw)
 		top, haveTop = logPos{l.block, l.index}, true
-		m.eff.LogsBackfilled++
+		m.countLog(k)
 	}
 	if j.missing {
 		m.gap(k, "failed")

@@ -131,8 +131,13 @@ type Effects struct {
 	Deliveries      []Delivery
 	HeadsBackfilled int
 	LogsBackfilled  int // including logs delivered again with removed:true
-	Gaps            []Gap
-	Durations       []time.Duration // of backfill jobs that ended
+	// HistoryLogs and HistoryHeads are what history subscriptions
+	// (history.go) were delivered that the machine fetched, counted here
+	// instead of in LogsBackfilled and HeadsBackfilled.
+	HistoryLogs  int
+	HistoryHeads int
+	Gaps         []Gap
+	Durations    []time.Duration // of backfill jobs that ended
 }
 
 // Kinds of subscription the machine tells apart.

@@ -35,7 +35,9 @@ const maxBlockNumber = 1<<63 - 1
 // stripped is params without fromBlock and toBlock (the filter the live
 // upstream subscription shares with plain subscriptions; ["newHeads"] for
 // newHeads) and r the range. Member names are matched without regard to
-// case, as the node decodes a filter. err (wrapping ErrSubscribeRange) is
+// case, as the node decodes a filter. A logs fromBlock of 0x0 is read as
+// absent: go-ethereum's ethclient sends it for a FilterQuery without
+// FromBlock. err (wrapping ErrSubscribeRange) is
 // for a history subscription muxd cannot serve as written; params that
 // are not a history subscription never give an error here (the node
 // judges them, as before).
@@ -66,6 +68,13 @@ func SplitSubscribeRange(params []byte) (stripped []byte, r SubscribeRange, hist
 	n, ok := ParseQuantity(fromText)
 	if !isString || !ok || n > maxBlockNumber {
 		return nil, r, true, fmt.Errorf("%w: fromBlock must be a block number (0x-hex quantity) or a tag", ErrSubscribeRange)
+	}
+	if n == 0 && name == "logs" {
+		// What go-ethereum's ethclient sends for a FilterQuery without
+		// FromBlock (with toBlock "latest"): read as absent, or every
+		// SubscribeFilterLogs would ask for the whole chain. Block 0
+		// holds no logs: fromBlock 0x1 asks for all of them.
+		return nil, r, false, nil
 	}
 	r.From = n
 	if to, nTo := foldedMember(obj, "toBlock"); nTo > 1 {

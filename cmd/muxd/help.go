@@ -24,7 +24,7 @@ type optionGroup struct {
 var optionGroups = []optionGroup{
 	{"Upstream (the nodes)", []string{"upstream", "upstream_headers", "max_head_lag", "head_timeout", "failback_after", "chain_id", "upstream_read_limit", "ping_interval", "ping_timeout", "reconnect_initial", "reconnect_max"}},
 	{"Listeners (for clients)", []string{"listen", "ipc", "ipc_mode", "ipc_group", "metrics", "client_ping_interval"}},
-	{"Requests", []string{"request_timeout", "upstream_wait", "shutdown_grace", "backfill_blocks", "subscription_gap_notices"}},
+	{"Requests", []string{"request_timeout", "upstream_wait", "shutdown_grace", "backfill_blocks", "history_blocks", "subscription_gap_notices"}},
 	{"Coalescing and cache", []string{"coalesce", "coalesce_methods", "cache_bytes"}},
 	{"HTTP connections (on listen)", []string{"http_read_header_timeout", "http_read_timeout", "http_idle_timeout", "max_connections"}},
 	{"Logging", []string{"log_level", "log_format"}},
@@ -79,6 +79,7 @@ var optionHelp = map[string]string{
 	"http_idle_timeout":          "an idle keep-alive HTTP connection is closed after this",
 	"max_connections":            "connections open on listen, WebSocket included (0: max_clients)",
 	"backfill_blocks":            "most blocks of heads and logs a subscriber is sent after a reconnect or a head jump (0: off)",
+	"history_blocks":             "most blocks of history an eth_subscribe with a fromBlock is served; longer is refused (0: fromBlock refused)",
 	"subscription_gap_notices":   "tell a subscription's clients in band (a muxd_subscriptionGap notification) of every gap muxd could not close (false: off)",
 	"coalesce":                   "identical read requests in flight together share one upstream call (false: off)",
 	"coalesce_methods":           "methods whose identical requests are coalesced (read-only, no client state)",

@@ -1,0 +1,194 @@
+package gethtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
+	"github.com/ethereum/go-ethereum/ethclient"
+	"github.com/ethereum/go-ethereum/rpc"
+)
+
+// getLogsRaw asks c for eth_getLogs of filter over [from, to], each log as
+// the node wrote it.
+func getLogsRaw(t *testing.T, c *rpc.Client, filter map[string]any, from, to uint64) []json.RawMessage {
+	t.Helper()
+	q := map[string]any{"fromBlock": fmt.Sprintf("0x%x", from), "toBlock": fmt.Sprintf("0x%x", to)}
+	for k, v := range filter {
+		q[k] = v
+	}
+	var out []json.RawMessage
+	if err := c.CallContext(ctxT(t, 30*time.Second), &out, "eth_getLogs", q); err != nil {
+		t.Fatalf("eth_getLogs: %v", err)
+	}
+	return out
+}
+
+// logBlock returns the block number of a log.
+func logBlock(t *testing.T, raw json.RawMessage) uint64 {
+	t.Helper()
+	var l logFields
+	if err := json.Unmarshal(raw, &l); err != nil {
+		t.Fatalf("log %s: %v", raw, err)
+	}
+	return hexNum(t, l.BlockNumber)
+}
+
+// checkExact checks that got, cut to blocks up to end, is want: the same
+// logs in the same order, each byte for byte (compacted) as eth_getLogs
+// reports it; and that nothing in got lies past last (0: no bound).
+func checkExact(t *testing.T, name string, got, want []json.RawMessage, end, last uint64) {
+	t.Helper()
+	var upTo []json.RawMessage
+	for _, m := range got {
+		n := logBlock(t, m)
+		if last != 0 && n > last {
+			t.Errorf("%s: log of block %d past toBlock %d: %s", name, n, last, m)
+		}
+		if n <= end {
+			upTo = append(upTo, m)
+		}
+	}
+	if len(want) == 0 {
+		t.Fatalf("%s: eth_getLogs reports nothing: the test made no logs", name)
+	}
+	for i := 0; i < len(upTo) || i < len(want); i++ {
+		if i >= len(upTo) || i >= len(want) {
+			t.Fatalf("%s: %d logs delivered up to block %d, eth_getLogs reports %d", name, len(upTo), end, len(want))
+		}
+		var a, b bytes.Buffer
+		_ = json.Compact(&a, upTo[i])
+		_ = json.Compact(&b, want[i])
+		if !bytes.Equal(a.Bytes(), b.Bytes()) {
+			t.Fatalf("%s: log %d differs from eth_getLogs:\nmuxd %s\ngeth %s", name, i, upTo[i], want[i])
+		}
+	}
+	t.Logf("%s: %d logs, exactly eth_getLogs's, in order, byte for byte", name, len(want))
+}
+
+// waitLogs waits until s has received n logs of blocks up to end (or 60
+// s), and returns everything it received.
+func waitLogs(t *testing.T, s *gapSub, end uint64, n int) []json.RawMessage {
+	t.Helper()
+	var got []json.RawMessage
+	deadline := time.After(60 * time.Second)
+	for have := 0; have < n; {
+		select {
+		case m := <-s.ch:
+			got = append(got, m)
+			if logBlock(t, m) <= end {
+				have++
+			}
+		case err := <-s.sub.Err():
+			t.Fatalf("%s: subscription ended: %v", s.name, err)
+		case <-deadline:
+			t.Fatalf("%s: %d logs up to block %d within 60s, want %d", s.name, have, end, n)
+		}
+	}
+	return append(got, s.drain()...)
+}
+
+// TestSubscribeFromBlock: with geth --dev mining a block a second and a
+// contract called every 250 ms, a logs subscription with fromBlock B gets
+// the subscription id, then every log eth_getLogs reports from B on, in
+// order, byte for byte, then the live ones, with nothing missing or twice
+// at the seam; one with toBlock T gets exactly [B, T] and nothing after;
+// go-ethereum's ethclient.SubscribeFilterLogs honours FilterQuery.FromBlock
+// through muxd; a plain subscription of the same filter is unchanged (no
+// history); all of them share one upstream subscription.
+func TestSubscribeFromBlock(t *testing.T) {
+	h := newHarness(t, nil)
+	direct := dial(t, h.node.WSURL)
+	from := devAccount(t, direct)
+	contract := deployLogContract(t, direct, from)
+	stopSend := startLogSender(t, direct, from, contract)
+	b := blockNumber(t, direct) + 1
+	waitBlock(t, direct, b+6) // history to serve
+	// An address list, as ethclient sends it: the same key.
+	filter := map[string]any{"address": []string{contract}}
+
+	c := dial(t, h.WSURL)
+	plain := subscribeGap(t, c, "plain", "logs", filter)
+	plainFrom := blockNumber(t, direct)
+	hist := subscribeGap(t, c, "fromBlock", "logs", map[string]any{"address": []string{contract}, "fromBlock": fmt.Sprintf("0x%x", b)})
+	toT := b + 3
+	bounded := subscribeGap(t, c, "fromBlock+toBlock", "logs", map[string]any{"address": []string{contract}, "fromBlock": fmt.Sprintf("0x%x", b), "toBlock": fmt.Sprintf("0x%x", toT)})
+	ec := ethclient.NewClient(dial(t, h.WSURL))
+	gethLogs := make(chan types.Log, 100000)
+	gsub, err := ec.SubscribeFilterLogs(ctxT(t, 10*time.Second), ethereum.FilterQuery{
+		FromBlock: new(big.Int).SetUint64(b), Addresses: []common.Address{common.HexToAddress(contract)},
+	}, gethLogs)
+	if err != nil {
+		t.Fatalf("ethclient.SubscribeFilterLogs with FromBlock: %v", err)
+	}
+	t.Cleanup(gsub.Unsubscribe)
+
+	waitBlock(t, direct, blockNumber(t, direct)+4) // live logs after the seam
+	stopSend()
+	end := blockNumber(t, direct) + 2
+	waitBlock(t, direct, end+2)
+	want := getLogsRaw(t, direct, filter, b, end)
+
+	checkExact(t, "fromBlock", waitLogs(t, hist, end, len(want)), want, end, 0)
+	wantT := getLogsRaw(t, direct, filter, b, toT)
+	checkExact(t, "fromBlock+toBlock", waitLogs(t, bounded, toT, len(wantT)), wantT, toT, toT)
+	var viaGeth []json.RawMessage
+	for deadline := time.After(60 * time.Second); len(viaGeth) < len(want); {
+		select {
+		case l := <-gethLogs:
+			if l.BlockNumber <= end {
+				raw, _ := json.Marshal(l)
+				viaGeth = append(viaGeth, raw)
+			}
+		case err := <-gsub.Err():
+			t.Fatalf("ethclient subscription ended: %v", err)
+		case <-deadline:
+			t.Fatalf("ethclient subscription: %d logs within 60s, want %d", len(viaGeth), len(want))
+		}
+	}
+	var wantGeth []json.RawMessage
+	for _, m := range want {
+		var l types.Log
+		if err := json.Unmarshal(m, &l); err != nil {
+			t.Fatalf("log %s: %v", m, err)
+		}
+		raw, _ := json.Marshal(l)
+		wantGeth = append(wantGeth, raw)
+	}
+	checkExact(t, "ethclient.SubscribeFilterLogs", viaGeth, wantGeth, end, 0)
+	// The plain subscription: nothing from before it was made.
+	got := plain.drain()
+	for _, m := range got {
+		if n := logBlock(t, m); n < plainFrom {
+			t.Fatalf("plain subscription got a log of block %d, before it was made (head %d)", n, plainFrom)
+		}
+	}
+	if len(got) == 0 {
+		t.Fatalf("plain subscription got nothing")
+	}
+	// One upstream subscription for the filter: the three subscriptions
+	// above on c, and ethclient's, share it.
+	if n := gaugeValue(t, h.srv.Metrics().UpstreamSubs); n != 1 {
+		t.Fatalf("upstream subscriptions %v, want 1", n)
+	}
+	m := h.srv.Metrics()
+	t.Logf("history delivered %v, history requests %v", counterValue(t, m.HistoryDelivered.WithLabelValues("logs")), counterValue(t, m.HistoryRequests))
+}
+
+func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
