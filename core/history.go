@@ -300,8 +300,12 @@ func (c *Core) deliverHistory(e *Effects, mem *member, d gapfill.Delivery, live 
 	} else {
 		p.msg, p.at = gapPushFrame(d.Result)
 	}
-	if h := mem.hist; h.hasTo && !h.heads {
-		if n, ok := router.ParseQuantityJSON(memberValue(p.msg, `"blockNumber":`, false)); ok && n > h.to {
+	if h := mem.hist; h.hasTo {
+		field := `"blockNumber":`
+		if h.heads {
+			field = `"number":`
+		}
+		if n, ok := router.ParseQuantityJSON(memberValue(p.msg, field, false)); ok && n > h.to {
 			return
 		}
 	}

@@ -40,7 +40,12 @@ func (m *Machine) History(key, parent string, from uint64, now time.Time) Effect
 // when no job of key's runs (false otherwise, or for a key not known).
 func (m *Machine) Covered(key string) (uint64, bool) {
 	k := m.keys[key]
-	if k == nil || k.job != nil || !k.haveCovered || (k.history && k.covered < k.histFrom) {
+	switch {
+	case k == nil || k.job != nil:
+		return 0, false
+	case k.kind == kindHeads:
+		return k.last, k.haveLast
+	case !k.haveCovered || (k.history && k.covered < k.histFrom):
 		return 0, false
 	}
 	return k.covered, true
@@ -121,7 +126,84 @@ func (m *Machine) countLog(k *keyState) {
 }
 
 // HistoryHeads starts key, a newHeads history subscription owed the heads
-// above block from. (Not built yet: nothing is delivered.)
+// above block from, followed by the pushes the caller feeds it (another
+// newHeads key's). A first job reads block from (its hash: where the
+// delivered chain starts) while holding the pushes; then the first head
+// above it, held or asked for (the node's head), starts the newHeads
+// backfill of the heads in between, with no backfill_blocks floor (the
+// caller bounded the range). A key the machine knows is left as it is.
 func (m *Machine) HistoryHeads(key string, from uint64, now time.Time) Effects {
+	if _, ok := m.keys[key]; ok || !m.Enabled() {
+		return m.take()
+	}
+	k := &keyState{key: key, name: "newHeads", kind: kindHeads, hashes: map[uint64]string{}, live: true}
+	k.history, k.histFrom = true, from
+	m.keys[key] = k
+	m.startAnchor(k, now)
 	return m.take()
+}
+
+// startAnchor starts newHeads history key k's first job: block histFrom.
+func (m *Machine) startAnchor(k *keyState, now time.Time) {
+	j := m.startJob(k, now)
+	j.anchor = true
+	m.enqueue(k, blockByNumber(k.histFrom, purposeHistAnchor), now)
+}
+
+// anchorAnswered takes block histFrom for newHeads history key k: the
+// delivered chain starts there (nothing is delivered of it). The pushes
+// held meanwhile then go through the rules (the first above it starts the
+// backfill); with none, the node's head is asked for, as for a key live
+// again (latestAnswered).
+func (m *Machine) anchorAnswered(k *keyState, r *request, result []byte, now time.Time) {
+	raw, ok := HeaderFromBlock(result)
+	h, ok2 := parseHeader(raw)
+	if !ok || !ok2 || h.num != r.num {
+		m.failed(k, r, now)
+		return
+	}
+	m.noteHeader(h)
+	k.hashes[h.num] = h.hash
+	k.last, k.haveLast, k.first = h.num, true, h.num
+	m.dropRequests(k.key)
+	k.job = nil
+	m.runHeld(k, false, now)
+	if k.job == nil && k.histTo == 0 {
+		m.sendNew(k, latestBlock(purposeHeadLatest), now)
+	}
+}
+
+// anchorFailed ends a newHeads history key's first job past a bound (the
+// gap is counted): with no start, the pushes held go out as they came,
+// the first one starting the chain.
+func (m *Machine) anchorFailed(k *keyState, now time.Time) {
+	m.dropRequests(k.key)
+	k.job = nil
+	k.history = false
+	m.runHeld(k, false, now)
+}
+
+// historyHeadsFloor is the floor of a newHeads job of k towards head top
+// (floor: backfill_blocks below it): none for a history key that has not
+// been delivered its history (up to the head its first job went to).
+func (m *Machine) historyHeadsFloor(k *keyState, top, floor uint64) uint64 {
+	if !k.history {
+		return floor
+	}
+	if k.histTo == 0 {
+		k.histTo = top
+	}
+	if k.last < k.histTo {
+		return min(floor, k.histFrom)
+	}
+	return floor
+}
+
+// countHeads counts n heads the machine fetched and delivered to k.
+func (m *Machine) countHeads(k *keyState, n int) {
+	if k.history {
+		m.eff.HistoryHeads += n
+		return
+	}
+	m.eff.HeadsBackfilled += n
 }

@@ -229,3 +229,70 @@ func TestHistoryChunksShrink(t *testing.T) {
 		t.Fatalf("TooManyResults misreads node errors")
 	}
 }
+
+const headsHistKey = `["newHeads"]#history`
+
+// TestHistoryHeads: a newHeads history key from block 5, with the node at
+// head 20 (backfill_blocks 4: no floor applies to the history), gets
+// heads 6..20 chained, then the live heads, none twice; pushed while the
+// start block is read, a head is held and starts the backfill itself. A
+// connection lost during the history ends with the same chain.
+func TestHistoryHeads(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	for _, tt := range []struct {
+		name string
+		run  func(h *harness, n *node)
+	}{
+		{name: "history then live", run: func(h *harness, n *node) {
+			h.apply(h.m.HistoryHeads(headsHistKey, 5, h.now), nil)
+		}},
+		{name: "head pushed while the start is read", run: func(h *harness, n *node) {
+			n.hook = func(s Send) ([]byte, bool, bool) { return nil, false, true }
+			h.apply(h.m.HistoryHeads(headsHistKey, 5, h.now), nil)
+			n.hook = nil
+			n.head = 21
+			h.push(headsHistKey, headJSON(main[21]))
+			h.answerHeld(n, nil)
+		}},
+		{name: "connection lost during the history", run: func(h *harness, n *node) {
+			asked := 0
+			n.hook = func(s Send) ([]byte, bool, bool) {
+				asked++
+				return nil, false, asked > 6
+			}
+			h.apply(h.m.HistoryHeads(headsHistKey, 5, h.now), nil)
+			h.m.Disconnected()
+			h.unans = nil
+			n.hook = nil
+			n.head = 22
+			h.apply(h.m.Live(headsHistKey, h.now), nil)
+			h.tick(2 * h.m.cfg.HeadWait)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{chain: main, head: 20}
+			h := newHarness(t, Config{Blocks: 4}, n)
+			tt.run(h, n)
+			for range 4 {
+				h.tick(h.m.cfg.RetryDelay)
+			}
+			top := n.head
+			for b := top + 1; b <= top+2; b++ {
+				n.head = b
+				h.push(headsHistKey, headJSON(main[b]))
+			}
+			got := h.delivered(headsHistKey, func(r []byte) (string, bool) {
+				x, ok := parseHeader(r)
+				return headString(x.num, x.hash), ok
+			})
+			if want := headsOf(main, 6, top+2); !slices.Equal(got, want) {
+				t.Fatalf("delivered\n%v\nwant\n%v", got, want)
+			}
+			for _, g := range h.fullGaps {
+				if g.Key == headsHistKey {
+					t.Fatalf("gap %+v", g)
+				}
+			}
+		})
+	}
+}

@@ -259,6 +259,9 @@ type keyState struct {
 	// every log from block histFrom on.
 	history  bool
 	histFrom uint64
+	// histTo: newHeads: the head its first backfill delivered up to (0:
+	// not known yet); below it, no backfill_blocks floor applies.
+	histTo uint64
 
 	job  *job
 	held [][]byte // pushes (params.result, copied) held while job runs
@@ -287,6 +290,7 @@ const (
 	purposeGetLogs      = "logs_range"
 	purposeLogsBlock    = "logs_block"   // a block's hash, for purposeLogsByHash
 	purposeLogsByHash   = "logs_by_hash" // eth_getLogs {blockHash}
+	purposeHistAnchor   = "history_anchor" // the block a newHeads history starts after (history.go)
 )
 
 // request is one request of the machine's, sent or waiting to be.
@@ -366,6 +370,9 @@ type job struct {
 	// head names it or waitUntil passes (then it finds the fork itself).
 	wait      bool
 	waitUntil time.Time
+	// anchor: a newHeads history key's first job, which reads the hash
+	// of the block its history starts after (history.go).
+	anchor bool
 	// forLog: the job was started to place a log pushed live (findForkFor):
 	// what it held is then run through the rules for held pushes only,
 	// and cannot start another such job.
@@ -468,6 +475,8 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 			break
 		}
 		m.findFork(k, m.startJob(k, now), now)
+	case k.kind == kindHeads && k.job == nil && k.history && !k.haveLast:
+		m.startAnchor(k, now) // its history's start was not read yet
 	case k.kind == kindHeads && k.job == nil && k.haveLast:
 		// The next push starts the job that fills the gap; if none comes
 		// within HeadWait, the node is asked for its head (Tick), so the
@@ -587,8 +596,8 @@ func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 	default:
 		m.deliver(k, true, nil)
 	}
-	if isHead {
-		m.noteHead(h, now) // after this key's own effects
+	if isHead && !k.history {
+		m.noteHead(h, now) // after this key's own effects (a history key's pushes are another key's)
 	}
 	return m.take()
 }
@@ -826,6 +835,8 @@ func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time
 		m.searchAnswered(k, r, result, now)
 	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs, purposeLogsBlock, purposeLogsByHash:
 		m.logsAnswered(k, r, result, now)
+	case purposeHistAnchor:
+		m.anchorAnswered(k, r, result, now)
 	}
 }
 
@@ -903,6 +914,10 @@ func (m *Machine) giveUp(k *keyState, reason string, now time.Time) {
 		return
 	}
 	m.gap(k, reason)
+	if j.anchor {
+		m.anchorFailed(k, now)
+		return
+	}
 	switch k.kind {
 	case kindHeads:
 		m.deliverChain(k, now)
