@@ -288,8 +288,8 @@ const (
 	purposeHeadNumber   = "logs_head" // the head block: its number, hash and parent
 	purposeCheckBlock   = "logs_check_block"
 	purposeGetLogs      = "logs_range"
-	purposeLogsBlock    = "logs_block"   // a block's hash, for purposeLogsByHash
-	purposeLogsByHash   = "logs_by_hash" // eth_getLogs {blockHash}
+	purposeLogsBlock    = "logs_block"     // a block's hash, for purposeLogsByHash
+	purposeLogsByHash   = "logs_by_hash"   // eth_getLogs {blockHash}
 	purposeHistAnchor   = "history_anchor" // the block a newHeads history starts after (history.go)
 )
 
