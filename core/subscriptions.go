@@ -95,6 +95,8 @@ func (c *Core) wait(cl *client, mem *member, p router.Pending) {
 // subscribeUpstream sends eth_subscribe for sh on the current connection,
 // as muxd's own request.
 func (c *Core) subscribeUpstream(e *Effects, sh *shared, now time.Time) {
+	// A new logs key asks where it starts first (gapfill.Expect).
+	c.applyGap(e, c.gap.Expect(sh.key, now), nil, now)
 	c.subs.subscribing(sh, c.internalRequest(e, router.KindSubscribe, methodSubscribe, sh.params, sh.key, time.Time{}, now))
 }
 
@@ -140,6 +142,9 @@ var errSubscriptionIDInUse = router.ErrorUnavailable.Because("upstream gave the 
 // other one).
 func (c *Core) subscriptionIDInUse(e *Effects, key string, uid uint64, now time.Time) {
 	waiters := c.subs.failed(key, uid)
+	if c.subs.byKey[key] == nil {
+		c.gap.Forget(key)
+	}
 	e.noteLimited(LimitedSubscriptionIDInUse, "upstream gave a new subscription the id of another live one: refused", "key", logKey(key), "key_bytes", len(key), "waiters", len(waiters))
 	for _, mem := range waiters {
 		c.dropSub(mem.cl, mem)
@@ -183,6 +188,9 @@ func (c *Core) subscribeAnswered(e *Effects, frame []byte, m *router.Message, ui
 	// An error (or a result that is no subscription id): each waiter gets
 	// the node's answer as it came, under its own id.
 	waiters := c.subs.failed(p.Key, uid)
+	if c.subs.byKey[p.Key] == nil {
+		c.gap.Forget(p.Key) // gone: what Expect started for it too
+	}
 	// A client chooses the params, and so this line and its length.
 	e.noteLimited(LimitedSubscriptionRefused, "upstream refused a subscription", "key", logKey(p.Key), "key_bytes", len(p.Key), "waiters", len(waiters))
 	elem := frame[m.Start:m.End]

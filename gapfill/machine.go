@@ -259,6 +259,9 @@ type keyState struct {
 	// every log from block histFrom on.
 	history  bool
 	histFrom uint64
+	// expected: a logs key whose eth_subscribe was sent and not answered
+	// yet (Expect): its start is being asked for.
+	expected bool
 	// histTo: newHeads: the head its first backfill delivered up to (0:
 	// not known yet); below it, no backfill_blocks floor applies.
 	histTo uint64
@@ -457,6 +460,16 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		m.keys[key] = k
 		if k.kind == kindLogs && m.Enabled() {
 			// Where the key starts: logs from before it are not owed.
+			m.askBaseline(k, now)
+		}
+		return m.take()
+	}
+	if k.expected {
+		// Its first Live: where it starts was asked for with its
+		// eth_subscribe (Expect), and again if that connection was lost
+		// before the answer.
+		k.expected, k.live = false, true
+		if !k.haveCovered && !m.asking(k, purposeBaseline) {
 			m.askBaseline(k, now)
 		}
 		return m.take()

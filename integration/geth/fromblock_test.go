@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/muxd/muxd/internal/testnode"
+	"github.com/muxd/muxd/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -226,4 +229,127 @@ func TestSubscribeNewHeadsFromBlock(t *testing.T) {
 	if n := counterValue(t, h.srv.Metrics().HistoryDelivered.WithLabelValues("newHeads")); n < 5 {
 		t.Fatalf("history heads delivered %v, want at least 5", n)
 	}
+}
+
+// TestSubscribeFromBlockCutDuringHistory: the path between muxd and geth
+// is cut the moment geth sends the history's answer (a log of a block in
+// the middle of the history on the wire), before muxd reads it. muxd
+// reconnects, resubscribes, fetches the history again, and the
+// subscription still ends with exactly eth_getLogs's logs from B on, in
+// order, once each.
+func TestSubscribeFromBlockCutDuringHistory(t *testing.T) {
+	var proxy *testnode.CutProxy
+	h := newHarness(t, func(c *mux.Config) {
+		proxy = testnode.NewCutProxy(t, strings.TrimPrefix(c.Upstream, "ws://"))
+		c.Upstream = "ws://" + proxy.Addr()
+		c.ReconnectInitial = 100 * time.Millisecond
+		c.ReconnectMax = 200 * time.Millisecond
+	})
+	direct := dial(t, h.node.WSURL)
+	from := devAccount(t, direct)
+	contract := deployLogContract(t, direct, from)
+	stopSend := startLogSender(t, direct, from, contract)
+	b := blockNumber(t, direct) + 1
+	waitBlock(t, direct, b+8)
+	filter := map[string]any{"address": []string{contract}}
+	// A block of the history with a log, after b (the block muxd's
+	// check before the answer asks about).
+	var mid uint64
+	for _, m := range getLogsRaw(t, direct, filter, b+2, b+6) {
+		mid = logBlock(t, m)
+	}
+	if mid == 0 {
+		t.Fatalf("no log in blocks %d..%d", b+2, b+6)
+	}
+	needle := []byte(fmt.Sprintf(`"blockNumber":"0x%x"`, mid))
+	proxy.CutWhen(func(p []byte) bool { return bytes.Contains(p, needle) })
+	before := counterValue(t, h.srv.Metrics().UpstreamReconnects)
+
+	c := dial(t, h.WSURL)
+	hist := subscribeGap(t, c, "fromBlock, cut", "logs", map[string]any{"address": []string{contract}, "fromBlock": fmt.Sprintf("0x%x", b)})
+	testnode.WaitConnectedWithin(t, h.srv, false, 10*time.Second)
+	proxy.Restore()
+	testnode.WaitConnectedWithin(t, h.srv, true, 30*time.Second)
+	if counterValue(t, h.srv.Metrics().UpstreamReconnects) == before {
+		t.Fatal("connected again without a reconnect")
+	}
+	waitBlock(t, direct, blockNumber(t, direct)+3)
+	stopSend()
+	end := blockNumber(t, direct) + 2
+	waitBlock(t, direct, end+2)
+	want := getLogsRaw(t, direct, filter, b, end)
+	checkExact(t, "fromBlock, cut", waitLogs(t, hist, end, len(want)), want, end, 0)
+}
+
+// TestSubscribeFromBlockManyClients: 20 clients subscribe to one filter,
+// each from another block, while a plain subscriber holds it live: each
+// gets exactly eth_getLogs's logs from its block on, and the node holds
+// one subscription for them all.
+func TestSubscribeFromBlockManyClients(t *testing.T) {
+	h := newHarness(t, nil)
+	direct := dial(t, h.node.WSURL)
+	from := devAccount(t, direct)
+	contract := deployLogContract(t, direct, from)
+	stopSend := startLogSender(t, direct, from, contract)
+	b := blockNumber(t, direct) + 1
+	filter := map[string]any{"address": []string{contract}}
+	plain := subscribeGap(t, dial(t, h.WSURL), "plain", "logs", filter)
+	waitBlock(t, direct, b+10)
+	subs := make([]*gapSub, 20)
+	starts := make([]uint64, 20)
+	for i := range subs {
+		starts[i] = b + uint64(i)/2
+		subs[i] = subscribeGap(t, dial(t, h.WSURL), fmt.Sprintf("client %d from %d", i, starts[i]), "logs",
+			map[string]any{"address": []string{contract}, "fromBlock": fmt.Sprintf("0x%x", starts[i])})
+	}
+	if n := gaugeValue(t, h.srv.Metrics().UpstreamSubs); n != 1 {
+		t.Fatalf("upstream subscriptions %v, want 1", n)
+	}
+	waitBlock(t, direct, blockNumber(t, direct)+3)
+	stopSend()
+	end := blockNumber(t, direct) + 2
+	waitBlock(t, direct, end+2)
+	for i, s := range subs {
+		want := getLogsRaw(t, direct, filter, starts[i], end)
+		checkExact(t, s.name, waitLogs(t, s, end, len(want)), want, end, 0)
+	}
+	if len(plain.drain()) == 0 {
+		t.Fatal("the plain subscriber got nothing")
+	}
+	if n := gaugeValue(t, h.srv.Metrics().UpstreamSubs); n != 1 {
+		t.Fatalf("upstream subscriptions %v, want 1", n)
+	}
+}
+
+// TestNewLogsSubscriptionCutBeforeFirstLog: a plain logs subscription
+// (no newHeads subscriber anywhere) whose path is cut before it got any
+// log still gets the logs mined during the outage: it knows where it
+// started.
+func TestNewLogsSubscriptionCutBeforeFirstLog(t *testing.T) {
+	var proxy *testnode.CutProxy
+	h := newHarness(t, func(c *mux.Config) {
+		proxy = testnode.NewCutProxy(t, strings.TrimPrefix(c.Upstream, "ws://"))
+		c.Upstream = "ws://" + proxy.Addr()
+		c.ReconnectInitial = 100 * time.Millisecond
+		c.ReconnectMax = 200 * time.Millisecond
+	})
+	direct := dial(t, h.node.WSURL)
+	from := devAccount(t, direct)
+	contract := deployLogContract(t, direct, from)
+	filter := map[string]any{"address": []string{contract}}
+	c := dial(t, h.WSURL)
+	start := blockNumber(t, direct)
+	s := subscribeGap(t, c, "new logs subscription", "logs", filter)
+	proxy.Cut()
+	testnode.WaitConnectedWithin(t, h.srv, false, 10*time.Second)
+	stopSend := startLogSender(t, direct, from, contract)
+	waitBlock(t, direct, blockNumber(t, direct)+4)
+	proxy.Restore()
+	testnode.WaitConnectedWithin(t, h.srv, true, 30*time.Second)
+	waitBlock(t, direct, blockNumber(t, direct)+2)
+	stopSend()
+	end := blockNumber(t, direct) + 2
+	waitBlock(t, direct, end+2)
+	want := getLogsRaw(t, direct, filter, start+1, end)
+	checkExact(t, s.name, waitLogs(t, s, end, len(want)), want, end, 0)
 }
