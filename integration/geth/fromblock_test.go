@@ -3,12 +3,14 @@ package gethtest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/muxd/muxd/integration/gethnode"
 	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 	"github.com/prometheus/client_golang/prometheus"
@@ -352,4 +354,113 @@ func TestNewLogsSubscriptionCutBeforeFirstLog(t *testing.T) {
 	waitBlock(t, direct, end+2)
 	want := getLogsRaw(t, direct, filter, start+1, end)
 	checkExact(t, s.name, waitLogs(t, s, end, len(want)), want, end, 0)
+}
+
+// commitBlocks commits n blocks at once on an OnDemand node with
+// testing_commitBlockV1, in batches, each holding the transactions of
+// txs[i] when given (raw, signed), and returns the new head.
+func commitBlocks(t *testing.T, c *rpc.Client, n int, txs map[int][]string) uint64 {
+	t.Helper()
+	var head struct {
+		Number    string `json:"number"`
+		Timestamp string `json:"timestamp"`
+	}
+	if err := c.CallContext(ctxT(t, 10*time.Second), &head, "eth_getBlockByNumber", "latest", false); err != nil {
+		t.Fatalf("eth_getBlockByNumber: %v", err)
+	}
+	ts := hexNum(t, head.Timestamp)
+	zero := "0x" + strings.Repeat("0", 64)
+	for done := 0; done < n; {
+		var batch []rpc.BatchElem
+		for ; done < n && len(batch) < 200; done++ {
+			ts++
+			list := []string{}
+			if raw, ok := txs[done]; ok {
+				list = raw
+			}
+			batch = append(batch, rpc.BatchElem{Method: "testing_commitBlockV1", Result: new(string), Args: []any{
+				map[string]any{"timestamp": fmt.Sprintf("0x%x", ts), "prevRandao": zero,
+					"suggestedFeeRecipient": "0x" + strings.Repeat("0", 40), "withdrawals": []any{}, "parentBeaconBlockRoot": zero},
+				list, nil,
+			}})
+		}
+		if err := c.BatchCallContext(ctxT(t, 60*time.Second), batch); err != nil {
+			t.Fatalf("testing_commitBlockV1 batch: %v", err)
+		}
+		for _, e := range batch {
+			if e.Error != nil {
+				t.Fatalf("testing_commitBlockV1: %v", e.Error)
+			}
+		}
+	}
+	return blockNumber(t, c)
+}
+
+// signedLogTx signs a call of contract from the account from with
+// eth_signTransaction (nonce given), for a block of commitBlocks.
+func signedLogTx(t *testing.T, c *rpc.Client, from, contract string, nonce uint64) string {
+	t.Helper()
+	var out struct {
+		Raw string `json:"raw"`
+	}
+	if err := c.CallContext(ctxT(t, 10*time.Second), &out, "eth_signTransaction", map[string]any{
+		"from": from, "to": contract, "data": topicA, "gas": "0x10000", "nonce": fmt.Sprintf("0x%x", nonce),
+		"maxFeePerGas": "0x77359400", "maxPriorityFeePerGas": "0x1", "chainId": devChainID,
+	}); err != nil {
+		t.Fatalf("eth_signTransaction: %v", err)
+	}
+	return out.Raw
+}
+
+// TestSubscribeFromBlockDeep: on a geth --dev.period 0 node, 5,000 blocks
+// are committed at once (testing_commitBlockV1), with logs spread through
+// them. With history_blocks 5,000, a subscription from 4,999 blocks below
+// the head (a history of 5,000 blocks) gets exactly eth_getLogs's logs;
+// one from a block further down is refused with -32602, and the node is
+// asked nothing more for it.
+func TestSubscribeFromBlockDeep(t *testing.T) {
+	node := gethnode.StartWith(t, gethnode.Options{OnDemand: true})
+	h := newHarnessOn(t, node, func(c *mux.Config) { c.HistoryBlocks = 5000 })
+	direct := dial(t, node.WSURL)
+	from := devAccount(t, direct)
+	contract := deployLogContract(t, direct, from)
+	var nonceHex string
+	if err := direct.CallContext(ctxT(t, 10*time.Second), &nonceHex, "eth_getTransactionCount", from, "latest"); err != nil {
+		t.Fatalf("eth_getTransactionCount: %v", err)
+	}
+	nonce := hexNum(t, nonceHex)
+	base := blockNumber(t, direct)
+	txs := map[int][]string{}
+	for i := 5; i < 5000; i += 450 {
+		txs[i] = []string{signedLogTx(t, direct, from, contract, nonce), signedLogTx(t, direct, from, contract, nonce+1)}
+		nonce += 2
+	}
+	head := commitBlocks(t, direct, 5000, txs)
+	if head != base+5000 {
+		t.Fatalf("head %d after committing 5000 blocks on %d", head, base)
+	}
+	filter := map[string]any{"address": []string{contract}}
+	b := head - 4999
+	want := getLogsRaw(t, direct, filter, b, head)
+	if len(want) < 20 {
+		t.Fatalf("eth_getLogs over the range: %d logs, want at least 20", len(want))
+	}
+	c := dial(t, h.WSURL)
+	s := subscribeGap(t, c, "5000 blocks deep", "logs", map[string]any{"address": []string{contract}, "fromBlock": fmt.Sprintf("0x%x", b)})
+	checkExact(t, s.name, waitLogs(t, s, head, len(want)), want, head, 0)
+
+	reqs := counterValue(t, h.srv.Metrics().HistoryRequests)
+	_, err := c.EthSubscribe(ctxT(t, 10*time.Second), make(chan json.RawMessage), "logs", map[string]any{"address": []string{contract}, "fromBlock": fmt.Sprintf("0x%x", b-1)})
+	var rpcErr rpc.Error
+	if !errors.As(err, &rpcErr) || rpcErr.ErrorCode() != -32602 {
+		t.Fatalf("5001 blocks deep: %v, want a -32602 error", err)
+	}
+	if n := counterValue(t, h.srv.Metrics().HistoryRefused.WithLabelValues("too_long")); n != 1 {
+		t.Fatalf("refused too_long %v, want 1", n)
+	}
+	// The refusal cost only the head check.
+	if n := counterValue(t, h.srv.Metrics().HistoryRequests); n != reqs+1 {
+		t.Fatalf("history requests %v after the refusal, want %v", n, reqs+1)
+	}
+	t.Logf("refused: %v", err)
 }
