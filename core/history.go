@@ -35,6 +35,7 @@ type histSub struct {
 	from    uint64
 	to      uint64 // with hasTo: the last block delivered
 	hasTo   bool
+	head    uint64 // the node's head when the subscription was checked
 	started bool // its machine key runs
 	done    bool // past toBlock: silent until unsubscribed
 }
@@ -48,7 +49,8 @@ type histCheck struct {
 	key      string
 	rng      router.SubscribeRange
 	heads    bool
-	probe    bool // the head is known: this is the probe's answer
+	probe    bool   // the head is known: this is the probe's answer
+	head     uint64 // the node's head, once known
 }
 
 // Reasons a history subscription is refused, for Observer.HistoryRefused.
@@ -132,6 +134,7 @@ func (c *Core) historyAnswered(e *Effects, frame []byte, m *router.Message, uid 
 			c.historyRefuse(e, hc, HistoryRefusedNode, router.ErrorUnavailable.Because("the node's head could not be read"), now)
 			return true
 		}
+		hc.head = head
 		if why, err := c.historyBound(hc, head); why != "" {
 			c.historyRefuse(e, hc, why, err, now)
 			return true
@@ -228,7 +231,7 @@ func (c *Core) attachHistory(e *Effects, hc *histCheck, now time.Time) {
 		return
 	}
 	mem := c.join(e, cl, hc.key, hc.stripped, size, hc.p, func(mem *member) {
-		mem.hist = &histSub{heads: hc.heads, from: hc.rng.From, to: hc.rng.To, hasTo: hc.rng.HasTo}
+		mem.hist = &histSub{heads: hc.heads, from: hc.rng.From, to: hc.rng.To, hasTo: hc.rng.HasTo, head: hc.head}
 	}, now)
 	if mem.req == nil && mem.sh.state == keyLive {
 		c.startHistory(e, mem, now)
@@ -252,10 +255,14 @@ func (c *Core) startHistory(e *Effects, mem *member, now time.Time) {
 		c.histBounded[mem] = struct{}{}
 	}
 	var g gapfill.Effects
+	var end uint64 // a toBlock the node had reached when asked: only that far
+	if h.hasTo && h.to <= h.head {
+		end = h.to
+	}
 	if h.heads {
-		g = c.gap.HistoryHeads(h.key, h.from, now)
+		g = c.gap.HistoryHeads(h.key, h.from, end, now)
 	} else {
-		g = c.gap.History(h.key, mem.sh.key, h.from, now)
+		g = c.gap.History(h.key, mem.sh.key, h.from, end, now)
 	}
 	c.applyGap(e, g, nil, now)
 }

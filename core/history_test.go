@@ -74,6 +74,22 @@ func TestHistoryGlue(t *testing.T) {
 			{do: "up", in: push(`"0xaa"`, mined(18, 0, "c")), want: []string{"c1< " + push(`"0xs1"`, mined(18, 0, "c")), "c2< " + push(`"0xs2"`, mined(18, 0, "c"))}},
 			{do: "c2", in: unsub("2", `"0xs2"`), want: []string{"c2< " + res("2", "true")}, keys: []string{`["logs",{}] live 1`}},
 		}},
+		{name: "toBlock_in_the_past:_that_range,_then_silence", cfg: cfg, steps: []step{
+			{do: "join"}, {do: "connect"},
+			{do: "c1", in: histSubFrame("1", 5, `,"toBlock":"0xc"`), want: []string{ownCall(1, "eth_blockNumber", "[]")}},
+			{do: "up", in: res("1", `"0x10"`), want: []string{getLogsRange(2, 5, 5)}},
+			{do: "up", in: res("2", `[]`), want: []string{ownCall(3, "eth_blockNumber", "[]"), "up> " + upSub("4", `["logs",{}]`)}},
+			// Only [5, 12] is asked for: no head.
+			{do: "up", in: res("4", `"0xaa"`), want: []string{"c1< " + res("1", `"0xs1"`), getLogsRange(5, 5, 12)}},
+			{do: "up", in: res("3", `"0x10"`)},
+			{do: "up", in: push(`"0xaa"`, mined(17, 0, "b"))},
+			{do: "up", in: res("5", "["+mined(6, 0, "6")+","+mined(12, 0, "c")+"]"), want: []string{
+				"c1< " + push(`"0xs1"`, mined(6, 0, "6")),
+				"c1< " + push(`"0xs1"`, mined(12, 0, "c")),
+			}, counts: map[string]int{"history logs": 2}},
+			// Past toBlock: nothing, ever.
+			{do: "up", in: push(`"0xaa"`, mined(18, 0, "d"))},
+		}},
 		{name: "range_past_history_blocks_refused", cfg: cfg, steps: []step{
 			{do: "join"}, {do: "connect"},
 			{do: "c1", in: histSubFrame("1", 5, ""), want: []string{ownCall(1, "eth_blockNumber", "[]")}},

@@ -20,9 +20,11 @@ import (
 // halves (AnswerError).
 
 // History starts key, a history subscription over the filter of
-// subscription key parent, owed every log from block from on. A key the
-// machine knows already is left as it is.
-func (m *Machine) History(key, parent string, from uint64, now time.Time) Effects {
+// subscription key parent, owed every log from block from on; to, when
+// not 0, is a block at or below the node's head where the history ends:
+// only [from, to] is fetched (the caller drops what lies past it). A key
+// the machine knows already is left as it is.
+func (m *Machine) History(key, parent string, from, to uint64, now time.Time) Effects {
 	if _, ok := m.keys[key]; ok || !m.Enabled() {
 		return m.take()
 	}
@@ -32,6 +34,11 @@ func (m *Machine) History(key, parent string, from uint64, now time.Time) Effect
 	below := from - min(from, 1) // block 0 holds no logs: from 0 is from 1
 	k.covered, k.haveCovered, k.start = below, true, below
 	m.keys[key] = k
+	if to != 0 && to >= from {
+		// A range that ends in the past: no head to ask for.
+		m.startJump(k, below+1, to, nil, now)
+		return m.take()
+	}
 	m.findFork(k, m.startJob(k, now), now)
 	return m.take()
 }
@@ -132,12 +139,12 @@ func (m *Machine) countLog(k *keyState) {
 // above it, held or asked for (the node's head), starts the newHeads
 // backfill of the heads in between, with no backfill_blocks floor (the
 // caller bounded the range). A key the machine knows is left as it is.
-func (m *Machine) HistoryHeads(key string, from uint64, now time.Time) Effects {
+func (m *Machine) HistoryHeads(key string, from, to uint64, now time.Time) Effects {
 	if _, ok := m.keys[key]; ok || !m.Enabled() {
 		return m.take()
 	}
 	k := &keyState{key: key, name: "newHeads", kind: kindHeads, hashes: map[uint64]string{}, live: true}
-	k.history, k.histFrom = true, from
+	k.history, k.histFrom, k.histEnd = true, from, to
 	m.keys[key] = k
 	m.startAnchor(k, now)
 	return m.take()
@@ -169,7 +176,12 @@ func (m *Machine) anchorAnswered(k *keyState, r *request, result []byte, now tim
 	k.job = nil
 	m.runHeld(k, false, now)
 	if k.job == nil && k.histTo == 0 {
-		m.sendNew(k, latestBlock(purposeHeadLatest), now)
+		// The head, or the block the history ends at, as if pushed.
+		if k.histEnd > k.last {
+			m.sendNew(k, blockByNumber(k.histEnd, purposeHeadLatest), now)
+		} else {
+			m.sendNew(k, latestBlock(purposeHeadLatest), now)
+		}
 	}
 }
 

@@ -154,7 +154,7 @@ func TestHistory(t *testing.T) {
 			h := newHarness(t, cfg, n)
 			h.apply(h.m.Live(logsKey, h.now), nil)
 			n.hook = func(s Send) ([]byte, bool, bool) { return nil, false, s.Method == "eth_getLogs" }
-			h.apply(h.m.History(histKey, logsKey, 5, h.now), nil)
+			h.apply(h.m.History(histKey, logsKey, 5, 0, h.now), nil)
 			if len(h.unans) == 0 {
 				t.Fatalf("no eth_getLogs asked")
 			}
@@ -200,7 +200,7 @@ func TestHistoryChunksShrink(t *testing.T) {
 	n := &node{chain: main, head: 40, logs: logsOf(main, 1, 60)}
 	h := newHarness(t, Config{Blocks: 128, HistoryChunk: 16}, n)
 	n.hook = func(s Send) ([]byte, bool, bool) { return nil, false, s.Method == "eth_getLogs" }
-	h.apply(h.m.History(histKey, logsKey, 3, h.now), nil)
+	h.apply(h.m.History(histKey, logsKey, 3, 0, h.now), nil)
 	widest := uint64(0)
 	asked := 0
 	for len(h.unans) > 0 {
@@ -244,11 +244,11 @@ func TestHistoryHeads(t *testing.T) {
 		run  func(h *harness, n *node)
 	}{
 		{name: "history then live", run: func(h *harness, n *node) {
-			h.apply(h.m.HistoryHeads(headsHistKey, 5, h.now), nil)
+			h.apply(h.m.HistoryHeads(headsHistKey, 5, 0, h.now), nil)
 		}},
 		{name: "head pushed while the start is read", run: func(h *harness, n *node) {
 			n.hook = func(s Send) ([]byte, bool, bool) { return nil, false, true }
-			h.apply(h.m.HistoryHeads(headsHistKey, 5, h.now), nil)
+			h.apply(h.m.HistoryHeads(headsHistKey, 5, 0, h.now), nil)
 			n.hook = nil
 			n.head = 21
 			h.push(headsHistKey, headJSON(main[21]))
@@ -260,7 +260,7 @@ func TestHistoryHeads(t *testing.T) {
 				asked++
 				return nil, false, asked > 6
 			}
-			h.apply(h.m.HistoryHeads(headsHistKey, 5, h.now), nil)
+			h.apply(h.m.HistoryHeads(headsHistKey, 5, 0, h.now), nil)
 			h.m.Disconnected()
 			h.unans = nil
 			n.hook = nil
@@ -295,4 +295,50 @@ func TestHistoryHeads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHistoryToBlock: a history that ends at a block below the node's
+// head (its toBlock) fetches that range only: no request names a block
+// past it, and exactly its logs (heads) are delivered.
+func TestHistoryToBlock(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	t.Run("logs", func(t *testing.T) {
+		n := &node{chain: main, head: 40, logs: logsOf(main, 1, 60)}
+		h := newHarness(t, Config{Blocks: 128, HistoryChunk: 4}, n)
+		h.apply(h.m.History(histKey, logsKey, 5, 17, h.now), nil)
+		for _, s := range n.seen {
+			if s.Method != "eth_getLogs" {
+				t.Fatalf("asked %s %s: the range's end is known", s.Method, s.Params)
+			}
+			if _, to := getLogsRangeOf(t, s); to > 17 {
+				t.Fatalf("asked %s, past block 17", s.Params)
+			}
+		}
+		if want := logStrings(only(logsOf(main, 5, 17), "0xaa"), false); !slices.Equal(h.deliveredLogsTo(histKey), want) {
+			t.Fatalf("delivered\n%v\nwant\n%v", h.deliveredLogsTo(histKey), want)
+		}
+		if c, ok := h.m.Covered(histKey); !ok || c != 17 {
+			t.Fatalf("covered %d %v, want 17", c, ok)
+		}
+	})
+	t.Run("heads", func(t *testing.T) {
+		n := &node{chain: main, head: 40}
+		h := newHarness(t, Config{Blocks: 4}, n)
+		h.apply(h.m.HistoryHeads(headsHistKey, 5, 12, h.now), nil)
+		for _, s := range n.seen {
+			var p []json.RawMessage
+			_ = json.Unmarshal(s.Params, &p)
+			num, ok := parseQuantityJSON(p[0])
+			if s.Method != "eth_getBlockByNumber" || !ok || num > 12 {
+				t.Fatalf("asked %s %s: the range ends at block 12", s.Method, s.Params)
+			}
+		}
+		got := h.delivered(headsHistKey, func(r []byte) (string, bool) {
+			x, ok := parseHeader(r)
+			return headString(x.num, x.hash), ok
+		})
+		if want := headsOf(main, 6, 12); !slices.Equal(got, want) {
+			t.Fatalf("delivered\n%v\nwant\n%v", got, want)
+		}
+	})
 }

@@ -259,6 +259,9 @@ type keyState struct {
 	// every log from block histFrom on.
 	history  bool
 	histFrom uint64
+	// histEnd: newHeads: the block its history ends at (its toBlock, at
+	// or below the node's head when asked; 0: the head).
+	histEnd uint64
 	// expected: a logs key whose eth_subscribe was sent and not answered
 	// yet (Expect): its start is being asked for.
 	expected bool
