@@ -36,8 +36,8 @@ type histSub struct {
 	to      uint64 // with hasTo: the last block delivered
 	hasTo   bool
 	head    uint64 // the node's head when the subscription was checked
-	started bool // its machine key runs
-	done    bool // past toBlock: silent until unsubscribed
+	started bool   // its machine key runs
+	done    bool   // past toBlock: silent until unsubscribed
 }
 
 // histCheck is a history eth_subscribe waiting for the node: its head,
