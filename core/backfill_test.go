@@ -100,9 +100,14 @@ func TestBackfillGlue(t *testing.T) {
 				"up> " + byNumber(5, 9),
 			}},
 			{do: "up", in: res("4", hdr(11, "b", "a"))},
-			{do: "up", in: res("5", hdr(9, "9", "8")), want: []string{"up> " + logsByHash(6, "9"), "up> " + logsByHash(7, "a"), "up> " + logsByHash(8, "b")}},
+			// Block 10, known only as the head's parent, has its header
+			// asked by hash alongside its logs (the blocks fetched are
+			// checked to be one chain).
+			{do: "up", in: res("5", hdr(9, "9", "8")), want: []string{"up> " + logsByHash(6, "9"), "up> " + logsByHash(7, "a"),
+				`up> {"jsonrpc":"2.0","id":8,"method":"eth_getBlockByHash","params":["0x` + strings.Repeat("a", 64) + `",false]}`, "up> " + logsByHash(9, "b")}},
 			{do: "up", in: res("6", "["+mined(9, 0, "9")+"]")},
-			{do: "up", in: res("8", "[]")},
+			{do: "up", in: res("9", "[]")},
+			{do: "up", in: res("8", hdr(10, "a", "9"))},
 			// Block 9's log went out live already; block 10's goes once.
 			{do: "up", in: res("7", "["+mined(10, 0, "a")+"]"), want: []string{"c1< " + push(`"0xs1"`, mined(10, 0, "a"))},
 				counts: map[string]int{"backfilled logs": 1}},

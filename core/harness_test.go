@@ -354,6 +354,11 @@ func (h *harness) step(s step) []string {
 		return h.upstreamFrame(gen, s.in, false)
 	case "uphead":
 		return h.upstreamFrame(0, s.in, true)
+	case "toolarge":
+		// toolarge UID [array]: an answer past the shell's read limit.
+		uid, array, _ := strings.Cut(arg, " ")
+		h.c.UpstreamTooLarge(&h.e, h.gen, uint64(atoi(h.t, uid)), array == "array", h.now)
+		return h.render(nil)
 	case "tick":
 		h.c.Tick(&h.e, h.now)
 		return h.render(nil)

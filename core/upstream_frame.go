@@ -58,13 +58,54 @@ func (c *Core) UpstreamFrame(e *Effects, gen uint64, frame []byte, f router.Fram
 	}
 }
 
-// AnsweredBy returns the upstream ids that an answer from connection gen
-// carrying upstream id uid answers, for an answer the shell could not read
-// whole (one past its read limit, which it answers with an error in the
-// node's place): when uid is a call of a client batch's upstream array, the
-// calls of that array still in flight, with array true (a node answers an
-// array with one array, which any of them may come first in); else uid.
-func (c *Core) AnsweredBy(gen, uid uint64, dst []uint64) (uids []uint64, array bool) {
+// errResponseTooLarge is what a request gets when the node's answer to it
+// is past the shell's read limit (UpstreamTooLarge).
+var errResponseTooLarge = router.ErrorLimit.Because("response too large")
+
+// UpstreamTooLarge is the event of an answer from connection gen that the
+// shell could not read whole: it was past the shell's read limit, and its
+// first bytes carry upstream id uid (router.TruncatedResponseID), inArray
+// when it is an element of an array. Every request it answers gets -32005
+// "response too large", routed as the node's answer would have been (a
+// coalesced call's joiners, a batch's slot, a subscription's setup): uid,
+// or, when inArray and uid is a call of a client batch's upstream array,
+// every call of that array still in flight (a node answers an array with
+// one array, which any of them may come first in). Its deliveries borrow
+// nothing.
+func (c *Core) UpstreamTooLarge(e *Effects, gen, uid uint64, inArray bool, now time.Time) {
+	uids, array := []uint64{uid}, false
+	if inArray {
+		uids, array = c.answeredBy(gen, uid, nil)
+	}
+	frame := make([]byte, 0, 64*len(uids)+2)
+	if array {
+		frame = append(frame, '[')
+	}
+	var idBuf [20]byte
+	for i, id := range uids {
+		if i > 0 {
+			frame = append(frame, ',')
+		}
+		frame = router.AppendErrorResponse(frame, router.AppendUpstreamID(idBuf[:0], id), errResponseTooLarge)
+	}
+	if array {
+		frame = append(frame, ']')
+	}
+	f, err := router.ScanUpstream(frame, nil)
+	c.UpstreamFrame(e, gen, frame, f, err, now)
+	for i := range e.Deliveries {
+		// frame is this event's own: the deliveries may keep it.
+		d := &e.Deliveries[i]
+		d.Borrowed, d.Lendable, d.Off = false, false, 0
+	}
+	e.note("upstream answer past the read limit thrown away; its requests get -32005", "gen", gen, "requests", len(uids))
+}
+
+// answeredBy returns the upstream ids that an answer from connection gen
+// carrying upstream id uid answers (UpstreamTooLarge): when uid is a call
+// of a client batch's upstream array, the calls of that array still in
+// flight, with array true; else uid.
+func (c *Core) answeredBy(gen, uid uint64, dst []uint64) (uids []uint64, array bool) {
 	if p, ok := c.reqs.Peek(uid); ok && p.Up != nil && (gen == c.gen || c.drain.answers(gen, uid)) {
 		if uids = p.Up.InFlight(dst); len(uids) > 0 {
 			return uids, true

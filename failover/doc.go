@@ -1,5 +1,5 @@
 // Package failover decides which of several upstream nodes is active: the
-// one that carries client traffic and client subscriptions (issue #14).
+// one that carries client traffic and client subscriptions.
 //
 // It is a pure state machine (sans I/O): no goroutines, no locks, no
 // sockets and no clock. Its caller (the shell that owns the connections)
@@ -83,4 +83,50 @@
 // Out-of-range indexes and events for an upstream that is not connected
 // (Head, ChainID) are ignored. A Selector is not safe for concurrent use;
 // its owner serializes the calls.
+//
+// # The upstream set
+//
+// Upstreams wraps the Selector of the list in force (a List; a reload
+// brings another, Use) into the owner of every upstream connection, in the
+// manner of raft's single Step: each event changes its state and fills an
+// Effects, and it drives the core (Core: package core's upstream events).
+// Its rules:
+//
+//   - Connected: a new Conn. Its health requests go in Effects.Send: with
+//     more than one upstream eth_chainId (HealthChainID) and the newHeads
+//     subscription (HealthHeadsID); with one, the subscription alone, or
+//     nothing when ListConfig.WatchHeads is off (the upstream is then
+//     HeadsUnknown).
+//   - Frame: a lone, valid message of the frame that is muxd's own is
+//     taken: an answer under ProbeID (keepalive's; nothing to do), under
+//     HealthChainID (ChainID; a mismatch sets Effects.ChainMismatch and
+//     notes an error), under HealthHeadsID (the subscription's id; an
+//     error makes the connection HeadsUnknown), or a push of that
+//     subscription (a head, see below). The health ids are taken only
+//     where the list watches heads. Anything else is the core's
+//     (core.UpstreamFrame), and a head the core routed to clients from the
+//     active connection (core.Effects.Head) is a head of that connection.
+//   - Heads: a connection's head comes from two streams, its health
+//     subscription and the heads routed to clients, which a node pushes
+//     each on its own. A head is taken when above the last taken, or below
+//     the last of its own stream (that stream went back: a reorg to a
+//     shorter branch, which the Selector takes as it is); one at or below
+//     the last that its stream has not gone back from is the other
+//     stream's late copy. Nothing of a demoted connection, or of one its
+//     upstream replaced, is taken.
+//   - Decide after every event the Selector saw (and on Tick, with more
+//     than one upstream): a Switch to an upstream whose connection is up
+//     gives that Conn the core's next number (Gen) and makes it active:
+//     core.UpstreamConnected when none was, else core.UpstreamSwitch, the
+//     old one demoted (Lost to its selector: it drains and is closed, then
+//     dialled again as a standby). The switch is Counted as a failover when
+//     another upstream of the same list takes over from the one last
+//     active; Use starts a new count (the move to a new list is none).
+//     After Stop nothing is made active.
+//   - Lost: the Conn is gone; when it ever was active the core loses it
+//     (core.UpstreamLost).
+//   - TooLarge: an answer past the shell's read limit is the core's event
+//     (core.UpstreamTooLarge) on that connection.
+//
+// Upstream request ids are one namespace: see Owner.
 package failover

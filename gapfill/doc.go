@@ -107,7 +107,16 @@
 //     its replacement, whichever of the node's feeds comes first; a log
 //     below a key's block on its own branch is counted late with its
 //     block named. A log held before the answer that covered its block
-//     came in, and not in it, is stale and dropped (dropFetchedStale).
+//     came in, and not in it, is stale and dropped (dropFetchedStale); so
+//     is one held before an answer named another block at its number.
+//     A backfill whose answers name two branches (a fetched log under
+//     another hash than the head or a check named, a header whose parent
+//     is not the hash named below it) starts over (forkMoved); past
+//     MaxForkRestarts each round waits RetryDelay; at its deadline it
+//     delivers nothing it fetched and states the blocks. A
+//     key is kept on one branch: quietCovered does not move it onto a
+//     branch the heads name that replaced its highest block known by
+//     hash (a backfill finds the fork).
 //   - Past the bound: hashes are kept for memory() numbers (Blocks and
 //     UnknownForkDepth more): a newHeads key's delivered heads, the heads
 //     pushed on the connection, the headers seen (pushed or fetched); a
@@ -140,6 +149,10 @@
 //     backfilled: becoming live again counts a gap (not_backfillable).
 //   - A push that does not parse as a head or a log is delivered as it
 //     came (held, in order, while a job runs), and never tracked.
+//   - A newHeads walk's block asked by hash that the node answers null
+//     for twice is gone: the head the walk started from was orphaned.
+//     The job ends without it (headOrphaned), no gap counted; the held
+//     heads run, then the node's head is asked for (as after Live).
 //   - The node answering null for a block it has not got yet is asked
 //     again after Config.RetryDelay, at most Config.NullRetries times; an
 //     error or a timeout (Config.RequestTimeout) is retried at most

@@ -313,6 +313,21 @@ func (m *Machine) deliverChain(k *keyState, now time.Time) {
 	m.endJob(k, now)
 }
 
+// headOrphaned ends newHeads key k's job without delivering its target:
+// the node no longer has a block on the target's branch, which a reorg
+// orphaned. What the walk met that continues the delivered chain went out
+// already (advance); the heads held meanwhile (the new branch's, pushed
+// after the reorg) run next, and with none of them starting a job the
+// node's head is asked for at the next Tick, as for a key live again.
+func (m *Machine) headOrphaned(k *keyState, now time.Time) {
+	m.keepFetched(k, k.job)
+	delete(k.fetched, k.job.target.hash)
+	m.endJob(k, now)
+	if k.job == nil && k.live {
+		m.headWaits[k.key] = now
+	}
+}
+
 // keepFetched keeps the headers k's job fetched, for the next job (the
 // connection is lost: the job is abandoned): those above the last
 // delivered head, and those at or below it (a branch that replaced

@@ -174,7 +174,7 @@ func (m *Machine) anchorAnswered(k *keyState, r *request, result []byte, now tim
 	k.last, k.haveLast, k.first = h.num, true, h.num
 	m.dropRequests(k.key)
 	k.job = nil
-	m.runHeld(k, false, now)
+	m.runHeld(k, false, noBlock, now)
 	if k.job == nil && k.histTo == 0 {
 		// The head, or the block the history ends at, as if pushed.
 		if k.histEnd > k.last {
@@ -192,7 +192,7 @@ func (m *Machine) anchorFailed(k *keyState, now time.Time) {
 	m.dropRequests(k.key)
 	k.job = nil
 	k.history = false
-	m.runHeld(k, false, now)
+	m.runHeld(k, false, noBlock, now)
 }
 
 // historyHeadsFloor is the floor of a newHeads job of k towards head top

@@ -50,6 +50,11 @@ func (m *Machine) onLog(k *keyState, l logEntry, live, fresh bool, now time.Time
 		switch m.place(k, l) {
 		case placeWait:
 			m.waitForHeads(k, l, now)
+			// Held behind a backfill that found where the key stands,
+			// and above the head it fetched to: no head in time makes
+			// it go through the rules for held pushes, not another
+			// such backfill (the same answers, round after round).
+			k.job.noFork = m.heldAbove
 			return
 		case placeFork:
 			m.findForkFor(k, now)
@@ -238,9 +243,9 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 		}
 		m.noteHeader(h)
 		j.head, j.haveHead = h.num, true
-		j.checked[h.num] = h.hash
+		j.know(h.num, h.hash, len(k.held))
 		if h.num > 0 {
-			j.checked[h.num-1] = h.parent
+			j.know(h.num-1, h.parent, len(k.held))
 		}
 		m.resolveChecks(k, now)
 	case purposeCheckBlock, purposeLogsBlock:
@@ -250,12 +255,18 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 			return
 		}
 		m.noteHeader(h)
-		j.checked[r.num] = h.hash
+		j.know(r.num, h.hash, len(k.held))
 		if r.purpose == purposeCheckBlock {
 			m.resolveChecks(k, now)
 		} else {
 			m.enqueue(k, logsByHash(k, r.num, h.hash), now)
 		}
+	case purposeLogsHeader:
+		if h, ok := parseHeader(result); ok && h.hash == r.hash && h.num == r.num {
+			m.noteHeader(h)
+		}
+		j.chunks--
+		m.afterChunk(k, now)
 	case purposeGetLogs, purposeLogsByHash:
 		var entries []json.RawMessage
 		if json.Unmarshal(result, &entries) != nil {
@@ -285,6 +296,16 @@ func (m *Machine) logsAnswered(k *keyState, r *request, result []byte, now time.
 		j.chunks--
 		m.afterChunk(k, now)
 	}
+}
+
+// know records that the node answered hash for block n when the key held
+// `held` pushes: those it pushed before that answer.
+func (j *job) know(n uint64, hash string, held int) {
+	j.checked[n] = hash
+	if j.checkedAt == nil {
+		j.checkedAt = map[uint64]int{}
+	}
+	j.checkedAt[n] = held
 }
 
 // logsByHash asks eth_getLogs for the key's filter in block hash (number
@@ -323,9 +344,9 @@ func (m *Machine) findFork(k *keyState, j *job, now time.Time) {
 	m.askChecks(k, now)
 }
 
-// MaxForkRestarts bounds how often one logs job starts over because a
-// reorg moved its fork point while it ran (forkMoved); past it the job
-// delivers what it has and counts a late gap.
+// MaxForkRestarts is how often one logs job starts over at once because a
+// reorg moved its fork point while it ran (forkMoved); past it each round
+// waits Config.RetryDelay first (restartChecks).
 const MaxForkRestarts = 3
 
 // forkMoved reports whether what logs job j learned after its checks says
@@ -337,14 +358,41 @@ const MaxForkRestarts = 3
 // subscription). Fetched from above the old fork point and delivered, the
 // new branch's logs would follow the old branch's without their removal,
 // and the new branch's logs below it would be skipped.
-func forkMoved(k *keyState, j *job) bool {
+func (m *Machine) forkMoved(k *keyState, j *job) bool {
 	for n, b := range k.blocks {
 		if h, ok := j.checked[n]; ok && h != b.hash && !slices.Contains(j.replaced, n) {
 			return true
 		}
 	}
-	if h, ok := j.checked[k.covered]; ok && k.coveredHash != "" && h != k.coveredHash && !slices.Contains(j.replaced, k.covered) {
-		return true
+	if _, logged := k.blocks[k.covered]; !logged {
+		// The covered block, where the key had no log (one where it had
+		// is compared above, by the hash its logs name, as
+		// resolveChecks compares it).
+		if h, ok := j.checked[k.covered]; ok && k.coveredHash != "" && h != k.coveredHash && !slices.Contains(j.replaced, k.covered) {
+			return true
+		}
+	}
+	view := map[uint64]string{} // the node's chain as the job's answers name it
+	for n, h := range j.checked {
+		view[n] = h
+	}
+	for _, f := range j.fetched {
+		// A fetched log of a block the job knows under another hash (the
+		// head's answer, a check): its range answer came after a reorg
+		// the job's checks did not see.
+		if h, ok := view[f.block]; ok && h != f.hash {
+			return true
+		}
+		view[f.block] = f.hash
+	}
+	for n, h := range view {
+		// Two answers of different branches: a block whose parent (a
+		// header seen) is not what another answer named below it.
+		if hd, ok := m.headers[h]; ok && n > 0 && hd.num == n {
+			if below, ok := view[n-1]; ok && below != hd.parent {
+				return true
+			}
+		}
 	}
 	for _, res := range k.held[min(j.heldFrom, len(k.held)):] {
 		l, ok := parseLog(res)
@@ -377,11 +425,30 @@ func forkMoved(k *keyState, j *job) bool {
 
 // restartChecks starts logs job j over from its checks, forgetting what it
 // asked and fetched: the fork point it found is no longer one. The pushes
-// it holds stay held; its deadline stands.
+// it holds stay held; its deadline stands. Past MaxForkRestarts each new
+// round waits Config.RetryDelay first (Tick), for the node's chain to
+// settle: what the job fetched is never delivered on answers that
+// disagree, and the job's deadline bounds the rounds (giveUp).
 func (m *Machine) restartChecks(k *keyState, j *job, now time.Time) {
 	m.dropRequests(k.key)
-	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1, forLog: j.forLog}
+	*j = job{started: j.started, deadline: j.deadline, restarts: j.restarts + 1, forLog: j.forLog,
+		owedHead: max(j.owedHead, j.head)}
+	if j.restarts > MaxForkRestarts {
+		j.resumeAt = now.Add(m.cfg.RetryDelay)
+		return
+	}
 	m.findFork(k, j, now)
+}
+
+// resume starts logs job j's next round once its pause is over
+// (restartChecks).
+func (m *Machine) resume(k *keyState, j *job, now time.Time) bool {
+	if j.resumeAt.IsZero() || now.Before(j.resumeAt) {
+		return false
+	}
+	j.resumeAt = time.Time{}
+	m.findFork(k, j, now)
+	return true
 }
 
 // checkBranchBelow adds block n-1 to logs job j's checks when n, a block
@@ -441,7 +508,7 @@ func (m *Machine) resolveChecks(k *keyState, now time.Time) {
 	if !j.haveHead {
 		return
 	}
-	if forkMoved(k, j) && j.restarts < MaxForkRestarts {
+	if m.forkMoved(k, j) {
 		m.restartChecks(k, j, now)
 		return
 	}
@@ -515,15 +582,49 @@ func (m *Machine) deepReorg(k *keyState, j *job, replacedFrom uint64, forkKnown 
 // Without this, a key whose filter matched nothing for a while would
 // still be covered only up to its last log, and the next reconnect would
 // fetch, or count as a too_long gap, every block since.
-func (m *Machine) quietCovered(head uint64) {
+//
+// A key whose highest block known by hash the heads' branch names under
+// another hash is not moved: a reorg replaced that block and the node
+// pushed no removal (anvil never does). Moved, its covered block would be
+// of the new branch and its old logs would stand below it, never checked
+// again; instead a backfill finds the fork, and the replaced logs go out
+// removed before any of the new branch's.
+func (m *Machine) quietCovered(head uint64, now time.Time) {
 	if head < 2 {
 		return
 	}
-	for _, k := range m.keys {
-		if k.kind == kindLogs && k.live && k.job == nil && k.haveCovered && head-2 > k.covered {
-			k.covered, k.coveredHash = head-2, m.nodeHashes[head-2]
+	for _, key := range m.sortedKeys() {
+		k := m.keys[key]
+		if k.kind != kindLogs || !k.live || k.job != nil || !k.haveCovered || head-2 <= k.covered {
+			continue
+		}
+		if m.offBranch(k, head-2) {
+			m.findFork(k, m.startJob(k, now), now)
+			continue
+		}
+		k.covered, k.coveredHash = head-2, m.nodeHashes[head-2]
+	}
+}
+
+// offBranch reports whether the branch the heads pushed on the connection
+// name at number top (followed down by parent hash through the headers
+// seen) names logs key k's highest block known by hash under another hash.
+func (m *Machine) offBranch(k *keyState, top uint64) bool {
+	at, hash, ok := k.covered, k.coveredHash, k.coveredHash != ""
+	for b, blk := range k.blocks {
+		if b <= top && (!ok || b > at) {
+			at, hash, ok = b, blk.hash, true
 		}
 	}
+	if !ok || at > top {
+		return false
+	}
+	h, named := m.nodeHashes[top]
+	if !named {
+		return false
+	}
+	got, linked := m.linked(top, h, at)
+	return linked && got != hash
 }
 
 // uncover lowers what logs key k has covered to below block n, whose
@@ -662,17 +763,27 @@ func (m *Machine) place(k *keyState, l logEntry) int {
 	// must run through it.
 	var at uint64
 	var atHash string
-	have := false
+	have, above, offHeads := false, false, false
 	for b, blk := range k.blocks {
 		if b > l.block {
-			if h, named := m.nodeHashes[b]; named && h == blk.hash {
-				return placeLate
+			// A block of the key's above l: late when every such block
+			// is on the heads' branch, else a reorg (whatever order the
+			// map gives them in).
+			above = true
+			if h, named := m.nodeHashes[b]; !named || h != blk.hash {
+				offHeads = true
 			}
-			return placeFork
+			continue
 		}
 		if !have || b > at {
 			at, atHash, have = b, blk.hash, true
 		}
+	}
+	switch {
+	case offHeads:
+		return placeFork
+	case above:
+		return placeLate
 	}
 	if k.haveCovered && k.coveredHash != "" {
 		if k.covered > l.block {
@@ -885,6 +996,16 @@ func (m *Machine) fetchRange(k *keyState, from uint64, count bool, now time.Time
 			j.chunks++
 			if hash, ok := j.checked[n]; ok {
 				j.queue = append(j.queue, logsByHash(k, n, hash))
+				if hd := m.headers[hash]; n > from && (hd.hash != hash || hd.num != n) {
+					// A hash known only as a parent (the head's): its
+					// header too, at the same time, so that the blocks
+					// fetched are checked to be one chain (forkMoved):
+					// the block below it may be asked for by number,
+					// after a reorg.
+					j.chunks++
+					j.queue = append(j.queue, &request{method: "eth_getBlockByHash", params: []byte(`["` + hash + `",false]`),
+						purpose: purposeLogsHeader, num: n, hash: hash})
+				}
 				continue
 			}
 			j.queue = append(j.queue, blockByNumber(n, purposeLogsBlock))
@@ -983,7 +1104,7 @@ func (m *Machine) noteHead(h header, now time.Time) {
 	}
 	m.noteHashes(h, parentMoved)
 	if had && h.num == prev+1 && !parentMoved {
-		m.quietCovered(h.num)
+		m.quietCovered(h.num, now)
 	}
 	if !had || h.num <= prev+1 {
 		m.releaseWaits(now)
@@ -1018,7 +1139,7 @@ func (m *Machine) releaseWaits(now time.Time) {
 		k := m.keys[key]
 		if k.job != nil && k.job.wait {
 			k.job = nil
-			m.runHeld(k, true, now)
+			m.runHeld(k, true, noBlock, now)
 		}
 	}
 }
@@ -1056,19 +1177,15 @@ func (m *Machine) startJump(k *keyState, from, to uint64, known map[uint64]strin
 }
 
 // afterChunk delivers once every chunk is in, unless the fork point
-// moved under the job: then it starts over, or past MaxForkRestarts
-// delivers what it has and counts the gap as late.
+// moved under the job: then it starts over (restartChecks).
 func (m *Machine) afterChunk(k *keyState, now time.Time) {
 	j := k.job
 	if j == nil || !j.fetching || j.chunks != 0 {
 		return
 	}
-	if forkMoved(k, j) {
-		if j.restarts < MaxForkRestarts {
-			m.restartChecks(k, j, now)
-			return
-		}
-		j.late = true
+	if m.forkMoved(k, j) {
+		m.restartChecks(k, j, now)
+		return
 	}
 	m.deliverLogs(k, now)
 }
@@ -1098,6 +1215,11 @@ func dropFetchedStale(held [][]byte, j *job) [][]byte {
 				if a.from <= l.block && l.block <= a.to && i < a.held && (a.hash == "" || a.hash == l.hash) {
 					stale = true
 				}
+			}
+			if h, ok := j.checked[l.block]; ok && h != l.hash && i < j.checkedAt[l.block] {
+				// The node named another block at its number (the head's
+				// answer, a check) after it pushed it.
+				stale = true
 			}
 			if stale {
 				continue

@@ -172,6 +172,11 @@ type Machine struct {
 	headers   map[string]header
 	topHeader uint64
 
+	// heldAbove: the log being run from what a backfill started for a
+	// live log held is placed only because its block is above the head
+	// that backfill fetched to (runHeld).
+	heldAbove bool
+
 	// headWaits are the newHeads keys live again on this connection that
 	// have had no push yet, with when they ask the node for its head
 	// (Config.HeadWait).
@@ -296,6 +301,7 @@ const (
 	purposeGetLogs      = "logs_range"
 	purposeLogsBlock    = "logs_block"     // a block's hash, for purposeLogsByHash
 	purposeLogsByHash   = "logs_by_hash"   // eth_getLogs {blockHash}
+	purposeLogsHeader   = "logs_header"    // a block fetched by hash: its header, to check the chain (forkMoved)
 	purposeHistAnchor   = "history_anchor" // the block a newHeads history starts after (history.go)
 )
 
@@ -354,19 +360,29 @@ type job struct {
 	checks   []uint64          // remembered blocks not resolved yet, descending
 	asked    int               // how many of checks (from the front) were asked for
 	checked  map[uint64]string // canonical hashes known: answers to checks, a jump's head and parent
-	replaced []uint64          // remembered blocks whose hash changed, descending
-	forkOK   bool              // a remembered block kept its hash
-	forkAt   uint64            // that block
-	chunks   int               // eth_getLogs not answered yet
-	fetched  []logEntry
-	missing  bool // a chunk was given up
-	late     bool // a fetched log came after a later one was delivered
+	// checkedAt is, for each hash in checked the node answered, how many
+	// pushes the key held when the answer came in: a held log of another
+	// block at that number, pushed before it, is stale (dropFetchedStale).
+	checkedAt map[uint64]int
+	replaced  []uint64 // remembered blocks whose hash changed, descending
+	forkOK    bool     // a remembered block kept its hash
+	forkAt    uint64   // that block
+	chunks    int      // eth_getLogs not answered yet
+	fetched   []logEntry
+	missing   bool // a chunk was given up
+	late      bool // a fetched log came after a later one was delivered
 	// lateFrom and lateTo are the blocks of the logs not delivered late.
 	lateFrom, lateTo uint64
 	// heldFrom is how many of the key's held pushes came before the
 	// checks were (last) asked: the checks' answers know of those.
 	heldFrom int
 	restarts int // times the fork moved under the job (restartChecks)
+	// resumeAt: the job starts its next round then (restartChecks past
+	// MaxForkRestarts); zero: it is not paused.
+	resumeAt time.Time
+	// owedHead is the highest head an earlier round of the job learned:
+	// the gap a job given up while its fork moves states ends there.
+	owedHead uint64
 	// answers are the blocks each eth_getLogs answer covered and how many
 	// pushes the key held when it came in: those came before the answer
 	// that says which logs those blocks hold (dropFetchedStale).
@@ -376,6 +392,9 @@ type job struct {
 	// head names it or waitUntil passes (then it finds the fork itself).
 	wait      bool
 	waitUntil time.Time
+	// noFork: a wait whose end (no head in time) runs what it held
+	// through the rules for held pushes, not a backfill (onLog).
+	noFork bool
 	// anchor: a newHeads history key's first job, which reads the hash
 	// of the block its history starts after (history.go).
 	anchor bool
@@ -694,11 +713,19 @@ func (m *Machine) Tick(now time.Time) Effects {
 		if j := k.job; j.wait && !now.Before(j.waitUntil) {
 			// No head named the held log's block in time: the machine
 			// finds where it belongs itself.
+			if j.noFork {
+				k.job = nil
+				m.runHeld(k, false, noBlock, now)
+				continue
+			}
 			m.findForkFor(k, now)
 			continue
 		}
 		if !now.Before(k.job.deadline) {
 			m.giveUp(k, "timeout", now)
+			continue
+		}
+		if m.resume(k, k.job, now) {
 			continue
 		}
 		m.pump(k, now)
@@ -754,6 +781,12 @@ func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 			m.searchEnded(k, 0, false, now)
 			return
 		}
+		if r.purpose == purposeLogsHeader {
+			// The check is lost, not the logs.
+			k.job.chunks--
+			m.afterChunk(k, now)
+			return
+		}
 		if r.purpose == purposeGetLogs || r.purpose == purposeLogsByHash || r.purpose == purposeLogsBlock {
 			// That range stays missing; the rest is delivered.
 			k.job.missing = true
@@ -770,7 +803,21 @@ func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 // null handles a null answer: the node has not got the block yet.
 func (m *Machine) null(k *keyState, r *request, now time.Time) {
 	switch r.purpose {
-	case purposeHeadByNumber, purposeHeadByHash, purposeCheckBlock, purposeLogsBlock, purposeHeadSearch:
+	case purposeHeadByHash:
+		if r.nulls > 0 {
+			// Asked twice: the node no longer has the block the walk
+			// needs (the parent of a head it pushed), so that head is
+			// of a branch a reorg orphaned (anvil forgets such blocks).
+			m.headOrphaned(k, now)
+			return
+		}
+	case purposeHeadByNumber, purposeCheckBlock, purposeLogsBlock, purposeHeadSearch:
+	case purposeLogsHeader:
+		// The node no longer has it (another branch's, pruned): the
+		// check is lost, not the logs.
+		k.job.chunks--
+		m.afterChunk(k, now)
+		return
 	default:
 		m.failed(k, r, now)
 		return
@@ -849,7 +896,7 @@ func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time
 		m.headAnswered(k, r, result, now)
 	case purposeHeadSearch:
 		m.searchAnswered(k, r, result, now)
-	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs, purposeLogsBlock, purposeLogsByHash:
+	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs, purposeLogsBlock, purposeLogsByHash, purposeLogsHeader:
 		m.logsAnswered(k, r, result, now)
 	case purposeHistAnchor:
 		m.anchorAnswered(k, r, result, now)
@@ -876,14 +923,25 @@ func (m *Machine) endJob(k *keyState, now time.Time) {
 		m.startJump(k, from, to, nil, now)
 		return
 	}
-	m.runHeld(k, !j.forLog, now)
+	above := noBlock
+	if j.forLog && j.haveHead {
+		// Logs of blocks above its head are live pushes it only held:
+		// placed as such (a reorg the job did not see may have replaced
+		// their block, or a block of the key's below them).
+		above = j.head
+	}
+	m.runHeld(k, !j.forLog, above, now)
 }
+
+// noBlock is above every block number: no held log is fresh by its block.
+const noBlock = ^uint64(0)
 
 // runHeld runs the pushes k held through the usual rules, in order, until
 // one of them starts another job (the rest wait for it). fresh says held
 // logs are placed as live pushes are (place): they were held only while
-// the key waited for heads, or behind a job that did not look for them.
-func (m *Machine) runHeld(k *keyState, fresh bool, now time.Time) {
+// the key waited for heads, or behind a job that did not look for them;
+// so are those of blocks above `above`.
+func (m *Machine) runHeld(k *keyState, fresh bool, above uint64, now time.Time) {
 	held := k.held
 	k.held = nil
 	var removedAt map[string]int
@@ -914,7 +972,9 @@ func (m *Machine) runHeld(k *keyState, fresh bool, now time.Time) {
 					// dropped by onLog.
 					continue
 				}
-				m.onLog(k, l, false, fresh, now)
+				m.heldAbove = !fresh && l.block > above
+				m.onLog(k, l, false, fresh || m.heldAbove, now)
+				m.heldAbove = false
 				continue
 			}
 		}
@@ -927,6 +987,16 @@ func (m *Machine) runHeld(k *keyState, fresh bool, now time.Time) {
 func (m *Machine) giveUp(k *keyState, reason string, now time.Time) {
 	j := k.job
 	if j == nil {
+		return
+	}
+	if k.kind == kindLogs && (!j.resumeAt.IsZero() || m.forkMoved(k, j)) {
+		// Its fork still moving: nothing it fetched can be placed. It
+		// delivers none of it and states the blocks the key is owed;
+		// its covered block does not move (a later backfill may still
+		// fetch them).
+		m.gapBlocks(k, reason, k.covered+1, max(j.owedHead, j.head, k.covered+1))
+		j.fetched, j.fetching, j.replaced, j.missing = nil, false, nil, false
+		m.deliverLogs(k, now)
 		return
 	}
 	m.gap(k, reason)

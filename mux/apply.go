@@ -47,7 +47,7 @@ func (s *Server) carryOut(e *core.Effects, up *upstreamConn, buf []byte, wait bo
 			c.slowConsumer("subscription pushes held past outbound_queue_bytes")
 		}
 	}
-	if len(e.Upstream) > 0 && up != nil && up.gen == e.Gen {
+	if len(e.Upstream) > 0 && up != nil && up.gen() == e.Gen {
 		if wait {
 			up.send(e.Upstream...)
 		} else {

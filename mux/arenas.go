@@ -10,8 +10,7 @@ import (
 // back to its client as one array spliced into that same buffer
 // (core.Delivery.Arena); once the client's writer has written it, the
 // buffer comes back here for the next batch, instead of each batch
-// allocating its own and the collector freeing it (in the bench's (c),
-// about 2 KiB for every batch of 10).
+// allocating its own and the collector freeing it.
 const (
 	minArenaShift = 10 // the smallest class: 1 KiB
 	arenaClasses  = 7  // 1 KiB to 64 KiB; larger arenas are not kept

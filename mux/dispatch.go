@@ -52,8 +52,8 @@ func (s *Server) refuseTooLarge(c *Client, id []byte) {
 	s.refuse(c, id, core.ErrMessageTooLarge)
 }
 
-// maxKeptScan is the largest scan buffer a session keeps between frames.
-// (Message is 144 bytes; append rounds a growing slice up to its size
-// class, so 10 messages already take a capacity of 18: a bound of 16 let a
-// batch of 10 regrow its buffer every time.)
+// maxKeptScan is the largest scan buffer a session keeps between frames,
+// in messages. append rounds a growing slice up to its size class, so the
+// buffer of a common batch (10 messages take a capacity of 18) is within
+// it and kept, not regrown for every batch.
 const maxKeptScan = 64

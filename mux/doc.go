@@ -19,15 +19,19 @@
 //     each id to a fresh upstream id, records the request in the pending
 //     table and says which frames go upstream.
 //   - upstream.go owns the shared connection: exactly one goroutine reads
-//     it, scans each message and hands it to the core
-//     (core.UpstreamFrame), in arrival order; the core finds the pending
-//     request or the subscription and says which clients get what. When the
-//     connection is lost the core discards its pending table whole.
+//     it, scans each message and hands it, in arrival order, to the
+//     upstream set (failover.Upstreams.Frame): that takes muxd's own
+//     messages (health answers and pushes, keepalive's probe answer) and
+//     gives the rest to the core (core.UpstreamFrame), which finds the
+//     pending request or the subscription and says which clients get what.
+//     An answer past the read limit is a core event of its own
+//     (core.UpstreamTooLarge). When the connection is lost the core
+//     discards its pending table whole.
 //   - failover.go runs one such connection per configured upstream, each
-//     with its own supervisor; package failover picks the active one from
-//     their health (chain id, heads), and the core moves the traffic when
-//     it changes (core.UpstreamSwitch). With one upstream it is simply
-//     active whenever connected.
+//     with its own supervisor, and shows their gauges; failover.Upstreams
+//     picks the active one from their health (chain id, heads) and moves
+//     the traffic in the core when it changes (core.UpstreamSwitch). With
+//     one upstream it is simply active whenever connected.
 //   - apply.go carries out what the core decided (core.Effects): answers
 //     get their client's id spliced in, a large answer is handed to its
 //     client in the buffer it was read into (buffers.go's framePool), a
@@ -43,9 +47,13 @@
 //     not connected (failover.go's hurryDialsLocked); each dial's outcome
 //     goes to the core (dialFailed, dialReached).
 //
-// Locking: Server.mu is held around each core call and nothing else: no
-// copy, splice, system call or log line happens under it. Each client's
+// Locking: Server.mu is held around each core call (or call of
+// failover.Upstreams, which makes the core's upstream events) and nothing
+// else: no copy, splice, system call or log line happens under it; notes
+// are collected in effects and logged after it is released. Each client's
 // outbox has its own lock and queues deliveries in the core's order
 // (core.Delivery.Seq), whichever goroutine applies them. The session map
-// for deliveries (Server.peers) has its own read-mostly lock.
+// for deliveries (Server.peers) has its own read-mostly lock. docs/DESIGN.md
+// §6 lists every goroutine, what it owns, which lock guards what, and the
+// lock order.
 package mux

@@ -10,23 +10,18 @@ import (
 
 	"github.com/muxd/muxd/core"
 	"github.com/muxd/muxd/failover"
-	"github.com/muxd/muxd/gapfill"
 	"github.com/muxd/muxd/reconnect"
-	"github.com/muxd/muxd/router"
 )
 
 // This file is the shell of failover: several upstreams, one active
 // (Config.Upstreams). Every upstream has its own supervisor, connection,
-// backoff and keepalive. Package failover decides which is active from
-// what the connections show; the core moves the traffic (UpstreamSwitch,
-// or UpstreamLost then UpstreamConnected when the active one is gone).
-//
-// Every connection also carries muxd's health requests, under ids of their
-// own that the core never sees: one newHeads subscription whose pushes
-// tell the head (readiness and head lag need it whether or not a client
-// subscribes), and, with more than one upstream, eth_chainId once. With one
-// upstream that upstream is active whenever it is connected; its heads
-// decide only whether it is healthy (/readyz).
+// backoff and keepalive: this file dials them and shows their gauges.
+// Everything else is failover.Upstreams, under s.mu: which connection is
+// active, each connection's health requests and answers (ids of the
+// failover package's part of the upstream id space, which the core never
+// sees) and heads, and the core's upstream events, which it makes. The
+// shell gives it each event, then carries out its effects (upstreamDone)
+// after releasing s.mu, logging included.
 
 // upstreamNode is one configured upstream.
 type upstreamNode struct {
@@ -44,9 +39,10 @@ type upstreamNode struct {
 	// failedAt is when a dial of it last failed. Guarded by Server.mu.
 	reached  bool
 	failedAt time.Time
-	// eff is the effects of its failed dials (core.DialsFailed); owned by
-	// its supervisor's goroutine.
+	// eff and fe are the effects of its failed dials (core.DialsFailed,
+	// failover.Upstreams.Unreachable); owned by its supervisor's goroutine.
 	eff *core.Effects
+	fe  failover.Effects
 	// stop ends its supervisor (nil until it runs); retiring says a
 	// reload removed it: it is stopped once it carries no traffic.
 	// Guarded by Server.mu.
@@ -60,7 +56,7 @@ type upstreamNode struct {
 // changed them), with the selector that picks among them by index.
 type nodeSet struct {
 	nodes []*upstreamNode
-	sel   *failover.Selector // guarded by Server.mu
+	sel   *failover.List // guarded by Server.mu
 	// multi: more than one upstream, and so health requests and failover.
 	multi  bool
 	gauges []prometheus.Collector // its per-upstream series, registered while it is in force
@@ -77,14 +73,23 @@ func (s *Server) newNodeSet(cfg Config) (*nodeSet, error) {
 	if failback < 0 {
 		failback = 0 // never
 	}
-	sel, err := failover.New(failover.Config{
-		Upstreams:     len(set.nodes),
-		MaxHeadLag:    uint64(cfg.MaxHeadLag),
-		HeadTimeout:   cfg.HeadTimeout,
-		FailbackAfter: failback,
-		ChainID:       cfg.ChainID,
-		StartWait:     startWait,
-		LagGrace:      lagGrace,
+	hosts := make([]string, len(set.nodes))
+	for i, n := range set.nodes {
+		hosts[i] = n.host
+	}
+	sel, err := failover.NewList(failover.ListConfig{
+		Config: failover.Config{
+			Upstreams:     len(set.nodes),
+			MaxHeadLag:    uint64(cfg.MaxHeadLag),
+			HeadTimeout:   cfg.HeadTimeout,
+			FailbackAfter: failback,
+			ChainID:       cfg.ChainID,
+			StartWait:     startWait,
+			LagGrace:      lagGrace,
+		},
+		// Always, but in tests that turn it off for one upstream.
+		WatchHeads: !cfg.noHealthHeads,
+		Hosts:      hosts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mux: %w", err)
@@ -126,13 +131,11 @@ func (s *Server) unregisterSet(set *nodeSet) {
 	}
 }
 
-// The health requests, under ids no client request can have upstream
-// (the core's upstream ids are numbers).
+// The ids of the health requests (failover's part of the upstream id
+// space), as tests look for them.
 const (
-	healthChainID    = `"muxd-health-chain"`
-	healthSubscribe  = `"muxd-health-heads"`
-	healthChainIDReq = `{"jsonrpc":"2.0","id":` + healthChainID + `,"method":"eth_chainId"}`
-	healthHeadsReq   = `{"jsonrpc":"2.0","id":` + healthSubscribe + `,"method":"eth_subscribe","params":["newHeads"]}`
+	healthChainID   = failover.HealthChainID
+	healthSubscribe = failover.HealthHeadsID
 )
 
 // startWait is how long muxd, at start, holds a less preferred upstream
@@ -178,19 +181,13 @@ func newNodes(cfg Config, unreachable, reached func(*upstreamNode)) []*upstreamN
 			Logger:        cfg.Logger.With("upstream", n.label),
 			OnDialError:   func(error, time.Duration) { unreachable(n) },
 			OnDialReached: func() { reached(n) },
+			// keepalive's probe id: in failover's part of the upstream id
+			// space, where failover.Upstreams takes its answer.
+			ProbeID: failover.ProbeID,
 		})
 		nodes[i] = n
 	}
 	return nodes
-}
-
-// nodeLabel names upstream index i of the current set for logs ("none"
-// for -1). Caller holds s.mu.
-func (s *Server) nodeLabel(i int) string {
-	if i < 0 || i >= len(s.set.nodes) {
-		return "none"
-	}
-	return s.set.nodes[i].label
 }
 
 // multi reports whether the configuration in force has more than one
@@ -258,83 +255,47 @@ func (s *Server) Active() int {
 	return s.up.node.index
 }
 
-// switchover is a change of the active connection made under s.mu, whose
-// effects are applied after it.
-type switchover struct {
-	eff *core.Effects
-	up  *upstreamConn
-}
-
-// decideLocked asks the selector whether the active upstream changes now,
-// and if so makes the change in the core. Caller holds s.mu and applies
-// the result (applySwitch) after releasing it.
-func (s *Server) decideLocked(now time.Time) *switchover {
-	sw := s.switchLocked(now)
+// upstreamDoneLocked does, under s.mu, what the failover event whose
+// effects are e needs done there: on a switch, the new active connection
+// (one of the current list's, returned) becomes s.up; and the upstreams of
+// old lists that carry no traffic are stopped. Caller holds s.mu and calls
+// upstreamDone after releasing it.
+func (s *Server) upstreamDoneLocked(e *failover.Effects) (to *upstreamConn) {
+	if e.Switch != nil {
+		to = s.set.nodes[e.Switch.To.Index()].conn
+		s.setUp(to)
+	}
 	s.retireLocked()
-	return sw
+	return to
 }
 
-// switchLocked is decideLocked but for retiring the upstreams of old sets.
-func (s *Server) switchLocked(now time.Time) *switchover {
-	if s.stopping {
-		return nil
+// upstreamDone carries out the failover effects e of an event on
+// connection u (nil: none) after s.mu is released: the health requests
+// for u, then the switch's core effects on to (upstreamDoneLocked's), the
+// chain mismatch count and the log. The event's own core effects are the caller's to apply first, with
+// the connection that was active (apply).
+func (s *Server) upstreamDone(e *failover.Effects, u, to *upstreamConn) {
+	if len(e.Send) > 0 && u != nil {
+		u.sendNoWait(e.Send...)
 	}
-	sw, ok := s.set.sel.Decide(now)
-	if !ok {
-		return nil
-	}
-	var to *upstreamConn
-	if sw.To >= 0 {
-		to = s.set.nodes[sw.To].conn
-	}
-	if to == nil {
-		if s.multi() {
-			s.log.Warn("no upstream to make active", "from", s.nodeLabel(sw.From), "reason", sw.Reason.String())
+	if sw := e.Switch; sw != nil {
+		if sw.Counted {
+			s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
 		}
-		return nil
+		s.apply(sw.Core, to, nil)
 	}
-	if sw.Reason != failover.ReasonFirst && s.lastActive >= 0 && sw.To != s.lastActive {
-		s.metrics.Failovers.WithLabelValues(sw.Reason.String()).Inc()
+	if e.ChainMismatch && u != nil {
+		s.metrics.ChainMismatches.WithLabelValues(u.node.label).Inc()
 	}
-	s.lastActive = sw.To
-	eff := new(core.Effects)
-	s.gens++
-	to.gen = s.gens
-	if old := s.up; old != nil {
-		// The old connection drains what it owes and is closed, then
-		// dialled again as a standby: until then it is not a candidate.
-		old.demoted = true
-		old.node.set.sel.Lost(old.node.index, now)
-		s.core.UpstreamSwitch(eff, to.gen, now)
-		if old.node.set != to.node.set {
-			s.log.Info("upstream list reloaded: traffic moved to the new list", "upstream", to.node.label, "host", to.node.host)
+	for _, n := range e.Notes {
+		switch n.Level {
+		case failover.LevelInfo:
+			s.log.Info(n.Msg, n.Args...)
+		case failover.LevelWarn:
+			s.log.Warn(n.Msg, n.Args...)
+		default:
+			s.log.Error(n.Msg, n.Args...)
 		}
-	} else {
-		s.core.UpstreamConnected(eff, to.gen, now)
-	}
-	s.setUp(to)
-	if s.multi() {
-		s.log.Info("upstream active", "upstream", to.node.label, "host", to.node.host, "from", s.nodeLabel(sw.From), "reason", sw.Reason.String())
-	}
-	return &switchover{eff, to}
-}
-
-// decide gives the selector event (nil: only the time) under s.mu, asks
-// it whether the active upstream changes, and carries the change out.
-func (s *Server) decide(now time.Time, event func()) {
-	s.mu.Lock()
-	if event != nil {
-		event()
-	}
-	sw := s.decideLocked(now)
-	s.mu.Unlock()
-	s.applySwitch(sw)
-}
-
-// applySwitch carries out a switchover's effects; nil does nothing.
-func (s *Server) applySwitch(sw *switchover) {
-	if sw != nil {
-		s.apply(sw.eff, sw.up, nil)
 	}
 }
 
@@ -344,7 +305,7 @@ func (s *Server) closeGens(gens []uint64) {
 	s.mu.Lock()
 	for _, g := range gens {
 		s.eachNodeLocked(func(n *upstreamNode) {
-			if n.conn != nil && n.conn.gen == g {
+			if n.conn != nil && n.conn.gen() == g {
 				conns = append(conns, n.conn)
 				if n.retiring {
 					// Drained: its supervisor is not to dial it again.
@@ -369,7 +330,6 @@ func (s *Server) dialFailed(n *upstreamNode) {
 	now := time.Now()
 	s.mu.Lock()
 	n.reached, n.failedAt = false, now
-	n.set.sel.Unreachable(n.index, now)
 	s.core.Dialing(s.dialReachedLocked())
 	away := now
 	for _, m := range s.set.nodes {
@@ -378,10 +338,11 @@ func (s *Server) dialFailed(n *upstreamNode) {
 		}
 	}
 	s.core.DialsFailed(n.eff, away, now)
-	sw := s.decideLocked(now)
+	s.ups.Unreachable(&n.fe, n.set.sel, n.index, now)
+	to := s.upstreamDoneLocked(&n.fe)
 	s.mu.Unlock()
 	s.apply(n.eff, nil, nil) // answers only
-	s.applySwitch(sw)
+	s.upstreamDone(&n.fe, nil, to)
 }
 
 // dialReached tells the core that a dial of n is at the node, its
@@ -422,99 +383,15 @@ func (s *Server) hurryDialsLocked() {
 	}
 }
 
-// healthStart sends a new connection's health requests: the chain id
-// check only where there are upstreams to compare.
-func (s *Server) healthStart(u *upstreamConn) {
-	switch {
-	case u.node.set.multi:
-		u.sendNoWait([]byte(healthChainIDReq), []byte(healthHeadsReq))
-	case s.watchesHeads(u.node.set):
-		u.sendNoWait([]byte(healthHeadsReq))
-	}
-}
-
-// watchesHeads reports whether the connections of set carry muxd's newHeads
-// health subscription: always, but in tests that turn it off for one
-// upstream.
-func (s *Server) watchesHeads(set *nodeSet) bool { return set.multi || !s.cfg.noHealthHeads }
-
-// health takes the message m of frame if it is one of u's health
-// messages (an answer to a health request, or a push of its newHeads
-// subscription), and reports whether it was. Only u's reader calls it.
-func (s *Server) health(u *upstreamConn, frame []byte, m *router.Message) bool {
-	if !s.watchesHeads(u.node.set) {
-		return false
-	}
-	if m.HasID() {
-		switch string(m.ID.In(frame)) {
-		case healthChainID:
-			s.chainIDAnswered(u, frame, m)
-		case healthSubscribe:
-			if m.Result.Present() {
-				u.healthSub = string(m.Result.In(frame))
-			} else {
-				s.log.Warn("upstream refused muxd's newHeads subscription: its head is unknown", "upstream", u.node.label)
-				now := time.Now()
-				s.decide(now, func() {
-					if u.node.conn == u {
-						u.node.set.sel.HeadsUnknown(u.node.index, now)
-					}
-				})
-			}
-		default:
-			return false
-		}
-		return true
-	}
-	if u.healthSub == "" || !m.Subscription.Present() || string(m.Subscription.In(frame)) != u.healthSub {
-		return false
-	}
-	if num, _, _, ok := gapfill.PushedHead(m.Params.In(frame)); ok {
-		now := time.Now()
-		s.decide(now, func() { s.headSeenLocked(u, num, now) })
-	}
-	return true
-}
-
-// headSeenLocked gives the selector head num of connection u, when it is
-// higher than any u showed before: geth pushes each subscription on its
-// own, so muxd's health subscription may tell of a head after a client's
-// newHeads subscription did, and a failback must never go to a node behind
-// what clients were sent. It reports whether the selector was told. Caller
-// holds s.mu.
-func (s *Server) headSeenLocked(u *upstreamConn, num uint64, now time.Time) bool {
-	if u.demoted || u.node.conn != u || num <= u.head {
-		return false
-	}
-	u.head = num
-	u.node.set.sel.Head(u.node.index, num, now)
-	return true
-}
-
-// chainIDAnswered gives the selector u's chain id.
-func (s *Server) chainIDAnswered(u *upstreamConn, frame []byte, m *router.Message) {
-	id := ""
-	if m.Result.Present() {
-		id = string(m.Result.In(frame))
-	}
-	now := time.Now()
-	s.decide(now, func() {
-		if !u.demoted && u.node.conn == u && !u.node.set.sel.ChainID(u.node.index, id, now) {
-			s.metrics.ChainMismatches.WithLabelValues(u.node.label).Inc()
-			s.log.Error("upstream is on another chain (or did not say): it is never used", "upstream", u.node.label, "host", u.node.host, "chain_id", id)
-		}
-	})
-}
-
 // healthLoop gives the selector the time until ctx is done.
 func (s *Server) healthLoop(ctx context.Context) {
+	var e failover.Effects
 	every(ctx, healthTick, func(now time.Time) {
 		s.mu.Lock()
-		multi := s.multi()
+		s.ups.Tick(&e, now)
+		to := s.upstreamDoneLocked(&e)
 		s.mu.Unlock()
-		if multi {
-			s.decide(now, nil)
-		}
+		s.upstreamDone(&e, nil, to)
 	})
 }
 

@@ -56,10 +56,13 @@ func fanoutServer(b *testing.B, n int) (*Server, *upstreamConn) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	u := &upstreamConn{Conn: &reconnect.Conn{Gen: 1}, srv: srv, gen: 1, eff: new(core.Effects)}
+	u := &upstreamConn{Conn: &reconnect.Conn{Gen: 1}, srv: srv, node: srv.set.nodes[0], eff: new(core.Effects)}
 	srv.mu.Lock()
-	srv.core.UpstreamConnected(u.eff, u.gen, time.Now())
+	u.fc, err = srv.ups.Connected(&u.fe, srv.set.sel, 0, time.Now()) // made active at once: the only upstream
 	srv.mu.Unlock()
+	if err != nil || u.fe.Switch == nil {
+		b.Fatalf("connection not made active: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	// Every client subscribes (the core's first request, upstream id 1,

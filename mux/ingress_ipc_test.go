@@ -73,9 +73,21 @@ func dialIPCForTest(t *testing.T, srv *Server) net.Conn {
 }
 
 // readIPCUntilEOF reads newline-separated answers until the server closes
-// the stream, failing the test if that takes longer than testTimeout.
+// the stream; it fails the test on any other read error. Call it from the
+// test's goroutine; from another, use readIPCLines.
 func readIPCUntilEOF(t *testing.T, conn net.Conn) [][]byte {
 	t.Helper()
+	out, err := readIPCLines(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// readIPCLines reads newline-separated answers until the server closes the
+// stream (or testTimeout passes). It reports instead of failing the test, so
+// a goroutine can run it and hand the error to the test's goroutine.
+func readIPCLines(conn net.Conn) ([][]byte, error) {
 	conn.SetReadDeadline(time.Now().Add(testTimeout))
 	br := bufio.NewReaderSize(conn, 1<<20)
 	var out [][]byte
@@ -86,12 +98,12 @@ func readIPCUntilEOF(t *testing.T, conn net.Conn) [][]byte {
 		}
 		if errors.Is(err, io.EOF) {
 			if len(line) > 0 {
-				t.Errorf("stream ended inside an answer (%d bytes)", len(line))
+				return out, fmt.Errorf("stream ended inside an answer (%d bytes)", len(line))
 			}
-			return out
+			return out, nil
 		}
 		if err != nil {
-			t.Fatalf("reading answers after %d: %v", len(out), err)
+			return out, fmt.Errorf("reading answers after %d: %w", len(out), err)
 		}
 	}
 }
@@ -243,8 +255,15 @@ func TestIPCHalfCloseGetsEveryAnswer(t *testing.T) {
 				}
 				wrote <- err
 			}()
-			answers := make(chan [][]byte, 1)
-			go func() { answers <- readIPCUntilEOF(t, conn) }()
+			type readResult struct {
+				answers [][]byte
+				err     error
+			}
+			read := make(chan readResult, 1)
+			go func() {
+				a, err := readIPCLines(conn)
+				read <- readResult{a, err}
+			}()
 			if err := <-wrote; err != nil {
 				t.Fatalf("send: %v", err)
 			}
@@ -263,7 +282,11 @@ func TestIPCHalfCloseGetsEveryAnswer(t *testing.T) {
 				}
 				mu.Unlock()
 			}
-			got := answerIDs(t, <-answers)
+			r := <-read
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			got := answerIDs(t, r.answers)
 			if len(got) != len(tt.want) {
 				t.Errorf("got %d answers %v, want %d %v", len(got), got, len(tt.want), tt.want)
 			}

@@ -9,8 +9,8 @@ import (
 	"github.com/muxd/muxd/failover"
 )
 
-// This file holds the series for running muxd as a service among others
-// (issue #37): latency by method and outcome, each upstream's round trip
+// This file holds the series for running muxd as a service among others:
+// latency by method and outcome, each upstream's round trip
 // and head lag, push delivery lag, queue depths and backfills running.
 // They are kept apart from Metrics' first series (metrics.go).
 
@@ -79,7 +79,7 @@ func (o *opsMetrics) answered(method string, out core.Outcome, latency time.Dura
 // request, under its upstream's number (core.Observer).
 func (o observer) RoundTrip(gen uint64, d time.Duration) {
 	for _, n := range o.s.set.nodes {
-		if n.conn != nil && n.conn.gen == gen {
+		if n.conn != nil && n.conn.gen() == gen {
 			n.rtt.Observe(d.Seconds())
 			return
 		}

@@ -105,3 +105,18 @@ func TestReadinessNoUpstream(t *testing.T) {
 		t.Fatalf("Readiness() = %v, %q; want false, no upstream connected", ok, why)
 	}
 }
+
+// TestHeadReorgToShorterBranch: a node's health subscription pushing a
+// lower head than before (a reorg to a shorter branch) lowers the head the
+// selector knows, as the selector documents, instead of being ignored
+// until the chain passes the old head again.
+func TestHeadReorgToShorterBranch(t *testing.T) {
+	chain := testnode.NewChain(0)
+	h := newHarness(t, harnessOpts{cfg: func(c *Config) { c.noHealthHeads = false }})
+	conn := h.fake.Conn(t, 1)
+	conn.WaitLiveSubs(t, 1)
+	for _, n := range []uint64{5, 6, 7, 5, 6} {
+		conn.PushAll(t, string(chain.Block(n).HeaderJSON()))
+		testnode.Poll(t, "the head to reach the selector", func() bool { return h.headOf(0) == n })
+	}
+}

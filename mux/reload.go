@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/muxd/muxd/failover"
 )
 
 // This file is a reload (SIGHUP): Reconfigure applies a new Config to a
@@ -91,15 +93,14 @@ func (s *Server) Reconfigure(cfg Config) error {
 	old := s.set
 	s.old = append(s.old, old)
 	s.set = set
-	// Failovers are counted within one list: the move to the new list is
-	// none.
-	s.lastActive = -1
 	if s.runCtx != nil {
 		s.startSetLocked(set)
 	}
-	sw := s.decideLocked(now) // with no upstream active, the old list stops at once
+	var e failover.Effects
+	s.ups.Use(&e, set.sel, now)
+	to := s.upstreamDoneLocked(&e) // with no upstream active, the old list stops at once
 	s.mu.Unlock()
-	s.applySwitch(sw)
+	s.upstreamDone(&e, nil, to)
 	s.nodesCfg = cfg
 	// The per-upstream series now name the new list's upstreams. Outside
 	// s.mu: a scrape holds the registry while it reads them under s.mu.
@@ -194,7 +195,7 @@ func (s *Server) retireLocked() {
 		draining := false
 		for _, n := range set.nodes {
 			n.retiring = true
-			if n.conn != nil && n.conn.demoted && n.conn.gen != 0 {
+			if n.conn != nil && n.conn.fc.Demoted() && n.conn.gen() != 0 {
 				draining = true
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/muxd/muxd/core"
+	"github.com/muxd/muxd/failover"
 	"github.com/muxd/muxd/router"
 )
 
@@ -47,15 +48,12 @@ type Server struct {
 	// first, with the selector that picks the active one among them; old
 	// are the sets a reload replaced that still run (reload.go). Guarded
 	// by mu.
-	set  *nodeSet
-	old  []*nodeSet
-	up   *upstreamConn // guarded by mu: the active connection; nil while none
-	gens uint64        // guarded by mu: connections made active so far
-	// lastActive is the index of the upstream last made active, -1 before
-	// the first: a failover is counted only when another one takes over
-	// (with one upstream, or the same one back after an outage, none is).
-	// Guarded by mu.
-	lastActive int
+	set *nodeSet
+	old []*nodeSet
+	up  *upstreamConn // guarded by mu: the active connection; nil while none
+	// ups is the upstream set's machine: which connection is active, their
+	// health and heads, and the core's upstream events. Guarded by mu.
+	ups *failover.Upstreams
 	// runCtx is Run's context, nil before Run: the supervisors of a set a
 	// reload adds run under it. supRunning counts the supervisors running,
 	// each of which sends its result on supDone; supsDone is set once Run
@@ -126,8 +124,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.set = set
+	s.ups = failover.NewUpstreams(s.core, set.sel)
 	s.nodesCfg = cfg
-	s.lastActive = -1
 	s.registerSet(set)
 	s.opsSeries(cfg.Registerer)
 	return s, nil
@@ -157,6 +155,7 @@ func (s *Server) Run(ctx context.Context) error {
 	stopStopping := context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		s.stopping = true
+		s.ups.Stop()
 		s.mu.Unlock()
 	})
 	defer stopStopping()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/muxd/muxd/core"
+	"github.com/muxd/muxd/failover"
 	"github.com/muxd/muxd/reconnect"
 	"github.com/muxd/muxd/router"
 )
@@ -22,49 +23,49 @@ type upstreamConn struct {
 	ctx  context.Context
 	srv  *Server
 	node *upstreamNode
-	// gen is the core's number for this connection, given when it is made
-	// active (0 until then), and demoted is set when the core switched away
-	// from it (it drains, then is closed); both guarded by srv.mu.
-	gen     uint64
-	demoted bool
-	// head is the highest block number this connection has shown, through
-	// muxd's health subscription or pushes to clients; guarded by srv.mu.
-	head uint64
+	// fc is the connection as failover.Upstreams knows it: its core
+	// number (gen), whether it drains, its health state and head. Set
+	// before its reader starts; what it holds is guarded by srv.mu.
+	fc *failover.Conn
 	// retired is set when muxd closes the connection on purpose (drained
 	// after a switch), so that its end is not reported as a loss.
 	retired atomic.Bool
-	// healthSub is the node's id of muxd's newHeads health subscription
-	// (raw JSON), owned by the reader.
-	healthSub string
-	msgs      []router.Message // scan buffer, owned by the reader
-	eff       *core.Effects    // the reader's core effects, owned by the reader
-	failed    sync.Once
-	sq        sendQueue // the messages to write, and who writes them
+	msgs    []router.Message // scan buffer, owned by the reader
+	eff     *core.Effects    // the reader's core effects, owned by the reader
+	fe      failover.Effects // the reader's failover effects, owned by the reader
+	failed  sync.Once
+	sq      sendQueue // the messages to write, and who writes them
 }
 
+// gen is the core's number for u, given when it is first made active (0
+// until then). Read under srv.mu, or by a goroutine that took u as the
+// active connection under it (it was given before).
+func (u *upstreamConn) gen() uint64 { return u.fc.Gen() }
+
 // serveUpstream runs for the life of one connection of upstream n: it
-// tells the selector, which may make it active (the core then resubscribes
-// and sends what was waiting for it), sends the health requests when there
-// are several upstreams, and then reads and routes every message in arrival
-// order until the connection fails.
+// tells failover.Upstreams, which may make it active (the core then
+// resubscribes and sends what was waiting for it), sends its health
+// requests, and then reads and routes every message in arrival order until
+// the connection fails.
 func (s *Server) serveUpstream(ctx context.Context, n *upstreamNode, rc *reconnect.Conn) error {
 	u := &upstreamConn{Conn: rc, ctx: ctx, srv: s, node: n, eff: new(core.Effects)}
 	n.dials++
 	if n.dials > 1 {
 		s.metrics.UpstreamReconnects.Inc()
 	}
-	s.healthStart(u)
 	now := time.Now()
 	s.mu.Lock()
-	n.conn, n.reached = u, false
-	s.core.Dialing(s.dialReachedLocked())
-	n.set.sel.Connected(n.index, now)
-	if !s.watchesHeads(n.set) {
-		n.set.sel.HeadsUnknown(n.index, now)
+	fc, cerr := s.ups.Connected(&u.fe, n.set.sel, n.index, now)
+	if cerr != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("mux: %w", cerr)
 	}
-	sw := s.decideLocked(now)
+	u.fc = fc
+	n.conn, n.reached = u, false
+	to := s.upstreamDoneLocked(&u.fe)
+	s.core.Dialing(s.dialReachedLocked())
 	s.mu.Unlock()
-	s.applySwitch(sw)
+	s.upstreamDone(&u.fe, u, to)
 
 	err := s.readUpstream(ctx, u)
 	s.upstreamLost(u)
@@ -112,9 +113,9 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 			// just woken, waits in this P's runnext slot until the
 			// reader blocks, which a reader with the next large answer
 			// already in the socket does only after reading much of
-			// it: about 1 ms that the answer sits written to nobody
-			// (bench g1MB). Yield so that the writer starts now; the
-			// node keeps sending into the socket's buffer meanwhile.
+			// it, while the answer sits written to nobody. Yield so
+			// that the writer starts now; the node keeps sending into
+			// the socket's buffer meanwhile.
 			if len(buf) > frameHeadroom+inlineSpliceMax {
 				runtime.Gosched()
 			}
@@ -126,12 +127,14 @@ func (s *Server) readUpstream(ctx context.Context, u *upstreamConn) error {
 	}
 }
 
-// route hands one upstream frame, buf[frameHeadroom:], to the routing
-// core: scanned here, outside the lock (a large answer by its head only:
-// its result is forwarded unscanned), then routed by core.UpstreamFrame.
-// It reports whether buf was lent to a client (see deliver), or handed to
-// the fan-out goroutine with the deliveries that borrow from it (handOff);
-// otherwise nothing keeps a reference to it.
+// route hands one upstream frame, buf[frameHeadroom:], to
+// failover.Upstreams: scanned here, outside the lock (a large answer by
+// its head only: its result is forwarded unscanned), then given to it in
+// one event under the lock (Upstreams.Frame: muxd's own messages it takes,
+// the rest it routes through core.UpstreamFrame), then its effects carried
+// out. It reports whether buf was lent to a client (see deliver), or
+// handed to the fan-out goroutine with the deliveries that borrow from it
+// (handOff); otherwise nothing keeps a reference to it.
 func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	frame := buf[frameHeadroom:]
 	var (
@@ -148,32 +151,18 @@ func (s *Server) route(u *upstreamConn, buf []byte) (lent bool) {
 	if len(f.Messages) > 0 && f.Messages[0].HasID() {
 		u.Answered() // keepalive: the node hears us
 	}
-	// An ambiguous message (router.ErrAmbiguous) answers none of muxd's own
-	// requests either: the core counts and drops it.
-	if err == nil && len(f.Messages) == 1 && !f.Batch && f.Messages[0].Invalid == nil &&
-		(keepaliveAnswer(frame, &f.Messages[0]) || s.health(u, frame, &f.Messages[0])) {
-		clear(u.msgs)
-		return false
-	}
 	now := time.Now()
 	var pushRead time.Time // a push's, for muxd_push_delivery_lag_seconds
 	if err == nil && !f.Batch && len(f.Messages) == 1 && !f.Messages[0].HasID() && f.Messages[0].Subscription.Present() {
 		pushRead = now
 	}
 	s.mu.Lock()
-	s.core.UpstreamFrame(u.eff, u.gen, frame, f, err, now)
+	s.ups.Frame(u.eff, &u.fe, u.fc, frame, f, err, now)
 	cur := s.up // answers on a draining connection may send on the active one
-	var sw *switchover
-	if u.eff.Head != 0 && u == cur {
-		// A head clients were sent: the active node's head is at least
-		// that, whatever its health subscription has said so far.
-		if s.headSeenLocked(u, u.eff.Head, now) {
-			sw = s.decideLocked(now)
-		}
-	}
+	to := s.upstreamDoneLocked(&u.fe)
 	s.mu.Unlock()
 	clear(u.msgs)
-	defer s.applySwitch(sw)
+	defer s.upstreamDone(&u.fe, u, to)
 	if len(u.eff.Deliveries) == 0 {
 		pushRead = time.Time{} // routed to nobody
 	}
@@ -193,28 +182,16 @@ func (s *Server) pushDelivered(read time.Time) {
 	}
 }
 
-// keepaliveAnswer reports whether m is the node's answer to keepalive's own
-// request (reconnect.ProbeRequest): hearing, already recorded, and routed
-// nowhere.
-func keepaliveAnswer(frame []byte, m *router.Message) bool {
-	return m.HasID() && string(m.ID.In(frame)) == reconnect.ProbeID
-}
-
-// errResponseTooLarge is what a request gets when the node's answer to it
-// is past upstream_read_limit.
-var errResponseTooLarge = router.ErrorLimit.Because("response too large")
-
 // tooLarge handles a message from u past the upstream read limit, of which
 // head is what was kept (the rest was read and thrown away): the requests
-// it answered each get errResponseTooLarge, routed as if the node had
-// answered them so, and the connection goes on. Whom it answered comes
-// from its id (router.TruncatedResponseID): that call, or, when the message
-// is an array, every call of the client batch's upstream array in flight
-// that the id is one of (core.AnsweredBy). A message whose id is not in
-// head is counted and logged; its requests get -32002 at their deadline.
-// So do those of a message that head shows ambiguous (a member twice, or
-// named like a JSON-RPC member but for case or escapes): it is nobody's
-// answer, and is counted malformed, as the core counts a whole one.
+// it answered each get -32005 (core.UpstreamTooLarge, through
+// failover.Upstreams.TooLarge), and the connection goes on. Whom it
+// answered comes from its id (router.TruncatedResponseID). A message whose
+// id is not in head, or not one of the core's, is counted and logged; its
+// requests get -32002 at their deadline. So do those of a message that head
+// shows ambiguous (a member twice, or named like a JSON-RPC member but for
+// case or escapes): it is nobody's answer, and is counted malformed, as the
+// core counts a whole one.
 func (s *Server) tooLarge(u *upstreamConn, head []byte) {
 	s.metrics.limit("upstream_read")
 	span, inArray, err := router.TruncatedResponseID(head)
@@ -237,31 +214,14 @@ func (s *Server) tooLarge(u *upstreamConn, head []byte) {
 			"limit", s.cfg.UpstreamReadLimit)
 		return
 	}
-	// An array answers the calls of one upstream array; a lone answer
-	// only its own call (a node may answer an array's calls one by one).
-	uids, array := []uint64{uid}, false
-	if inArray {
-		s.mu.Lock()
-		uids, array = s.core.AnsweredBy(u.gen, uid, nil)
-		s.mu.Unlock()
-	}
-	s.log.Warn("upstream answer past upstream_read_limit thrown away; its requests get -32005",
-		"limit", s.cfg.UpstreamReadLimit, "requests", len(uids))
-	frame := make([]byte, frameHeadroom, frameHeadroom+64*len(uids)+2)
-	if array {
-		frame = append(frame, '[')
-	}
-	var idBuf [20]byte
-	for i, id := range uids {
-		if i > 0 {
-			frame = append(frame, ',')
-		}
-		frame = router.AppendErrorResponse(frame, router.AppendUpstreamID(idBuf[:0], id), errResponseTooLarge)
-	}
-	if array {
-		frame = append(frame, ']')
-	}
-	s.route(u, frame)
+	now := time.Now()
+	s.mu.Lock()
+	s.ups.TooLarge(u.eff, &u.fe, u.fc, uid, inArray, now)
+	cur := s.up
+	to := s.upstreamDoneLocked(&u.fe)
+	s.mu.Unlock()
+	s.apply(u.eff, cur, nil)
+	s.upstreamDone(&u.fe, u, to)
 }
 
 // scanLarge routes an answer larger than inlineSpliceMax by its head, so
@@ -294,29 +254,22 @@ func spliceInPlace(buf []byte, start, n int, id router.Span, newID []byte) ([]by
 // larger one is lent where it can be (deliver).
 const inlineSpliceMax = 16 << 10
 
-// upstreamLost tells the core that u has failed: when it was active or
-// draining, its pending table is discarded whole (core.UpstreamLost). The
-// selector may then make another upstream active.
+// upstreamLost tells failover.Upstreams that u has ended: when it was
+// active or draining, the core discards its pending table whole
+// (core.UpstreamLost), and another upstream may be made active.
 func (s *Server) upstreamLost(u *upstreamConn) {
 	now := time.Now()
 	s.mu.Lock()
 	if u.node.conn == u {
 		u.node.conn = nil
 	}
-	if !u.demoted {
-		u.node.set.sel.Lost(u.node.index, now)
-	}
 	if s.up == u {
 		s.setUp(nil)
 	}
-	if u.gen != 0 {
-		s.core.UpstreamLost(u.eff, u.gen, now)
-	} else {
-		u.eff.Reset()
-	}
-	sw := s.decideLocked(now)
+	s.ups.Lost(u.eff, &u.fe, u.fc, now)
+	to := s.upstreamDoneLocked(&u.fe)
 	cur := s.up
 	s.mu.Unlock()
 	s.apply(u.eff, cur, nil)
-	s.applySwitch(sw)
+	s.upstreamDone(&u.fe, nil, to)
 }

@@ -2,25 +2,27 @@ package mux
 
 import (
 	"context"
+	"runtime"
 	"sync"
 
 	"github.com/coder/websocket"
 )
 
 // maxKeptSendQueue bounds each of the two buffers an upstream send queue
-// keeps between bursts: a burst in bench (c) queues tens of KiB, hundreds
-// while the writer waits for a core, and a buffer dropped after each such
-// burst is regrown by doubling in the next. A burst that queued a large
-// request lets its buffer go.
+// keeps between bursts: large enough for a burst of many clients' requests
+// (tens to hundreds of KiB while the writer waits for a core), which would
+// otherwise be regrown by doubling after every pause. A burst that queued
+// a large request lets its buffer go.
 const maxKeptSendQueue = 1 << 20
 
 // sendQueueLimit is how much a send queue holds, queued and being written,
 // before a send waits for the writer to finish what it took: while the node
-// does not read, the writer waits on the socket (behind reconnect's own
-// buffer of 4 MiB), and senders wait here, as they waited on the socket
-// before there was a queue. A send that finds at most this much appends
-// all its frames, so a frame of any size goes through once what is ahead
-// of it has been written.
+// does not read, the writer waits on the socket, and senders wait here, as
+// they waited on the socket before there was a queue. It is the connection's
+// only bound on what muxd holds unwritten (beyond the socket's own buffers,
+// reconnect holds at most about two chunks of 64 KiB between Cork and
+// Flush). A send that finds at most this much appends all its frames, so a
+// frame of any size goes through once what is ahead of it has been written.
 const sendQueueLimit = 2 << 20
 
 // smallSend is the most a send may carry and count as small. A small send
@@ -29,29 +31,45 @@ const sendQueueLimit = 2 << 20
 // not behind the large requests other clients queued: a
 // client sending requests of 30 MiB fills the queue for as long as the
 // node takes to read one, and every other client's eth_blockNumber would
-// wait that long for room (seconds, measured, where the node itself
-// answered them in milliseconds). It still waits in the socket behind
-// what was queued before it.
+// wait that long for room (seconds, where the node itself answers it in
+// milliseconds). It still waits in the socket behind what was queued
+// before it.
 const smallSend = 64 << 10
 
-// sendQueue gives an upstream connection one writer at a time. A send
-// while no one writes makes its caller the writer: it writes its own
-// frames, from its own memory, and leaves whatever others queued meanwhile
-// to a writer goroutine, which writes until the queue is empty and then
+// sendQueue gives an upstream connection its one queue and one writer at a
+// time, in the manner of derp's sendLoop: the writer writes frames into the
+// socket's buffer (reconnect's Cork) and flushes it (Flush) only when the
+// queue is empty, so that what queued while it wrote goes out in few system
+// calls, and nothing waits for a timer. There is no writer goroutine
+// between turns: a send while no one writes makes its caller the writer,
+// which writes its own frames, from its own memory, and, when no one queued
+// meanwhile, flushes them itself (a lone request reaches the socket with no
+// hand-over); when others queued meanwhile it leaves them, unflushed, to a
+// writer goroutine, which writes until the queue is empty, flushes, and
 // exits. A send while someone writes copies its frames into the queue and
-// returns, at once unless the queue is full (sendQueueLimit).
+// returns, at once unless the queue is full (sendQueueLimit). Before it
+// flushes, a writer yields once (runtime.Gosched), so that clients' readers
+// ready to run queue their frames into the same write (under load, many
+// more sends share a write; BenchmarkUpstreamSendBurst reports write system
+// calls per send); alone, the writer is back at once.
 //
 // Why: coder/websocket serializes a connection's writers with a lock handed
-// from one goroutine to the next. When every client's reader wrote its own
-// requests upstream, dozens of readers queued on that lock in bench (c),
-// and each hand-over waited for the next owner to be scheduled. Copying a
-// request into the queue costs far less than such a wait, and the writer
+// from one goroutine to the next. Were every client's reader to write its
+// own requests upstream, under load dozens of readers would queue on that
+// lock, each hand-over waiting for the next owner to be scheduled. Copying
+// a request into the queue costs far less than such a wait, and the writer
 // goroutine writes whatever has queued in one go. A lone request is still
-// written by its client's reader, with no hand-over (bench (a)).
+// written by its client's reader, with no hand-over.
 //
 // A send from anywhere but a client's reader (sendNoWait) neither waits
 // nor writes: it queues, and starts the writer goroutine if none is
 // running.
+//
+// Failure: a write or flush that fails breaks the queue (what is queued is
+// dropped, and every later send) and closes the connection, once, so that
+// its reader fails and the connection is replaced (writeFailed). keepalive
+// sees the writer at work through the socket (corked, or writing), and
+// holds its ping while it is.
 //
 // Frames of one send go in order, and sends in the order they take the
 // queue's lock. mu guards every field; the writer owns the buffers it has
@@ -109,24 +127,14 @@ func (u *upstreamConn) send(frames ...[]byte) {
 	}
 	q.writing = true
 	q.mu.Unlock()
+	u.Cork()
 	ok := true
 	for _, f := range frames {
 		if ok = u.writeFrame(f); !ok {
 			break
 		}
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !ok {
-		q.breakLocked()
-	}
-	if len(q.ends) == 0 {
-		q.writing = false
-		return
-	}
-	// Others queued while this caller wrote: a goroutine of its own
-	// writes them, so that this client's reader goes back to its client.
-	go u.writeQueued()
+	u.endTurn(ok, true)
 }
 
 // full reports whether a send, small or not, must wait for the writer:
@@ -189,39 +197,91 @@ func sendSize(frames [][]byte) (n int) {
 }
 
 // writeQueued is the writer goroutine: it writes what is queued until the
-// queue is empty, or drops it all once a write fails.
+// queue is empty, or drops it all once a write fails (endTurn).
 func (u *upstreamConn) writeQueued() {
+	u.Cork()
+	u.endTurn(true, false)
+}
+
+// endTurn is the rest of a writer's turn, once it has written what it
+// took (ok: without error): it writes what others queued meanwhile, a batch
+// at a time, without flushing between batches; once the queue is empty it
+// flushes the socket, and the turn ends when nothing queued during the
+// flush either. A sender (handOff) that finds others queued leaves them to
+// a writer goroutine, unflushed, and goes back to its client.
+func (u *upstreamConn) endTurn(ok, handOff bool) {
 	q := &u.sq
+	yielded := false
 	for {
 		q.mu.Lock()
-		if len(q.ends) == 0 {
+		if !ok {
+			q.breakLocked()
+		}
+		if len(q.ends) > 0 {
+			if handOff {
+				q.mu.Unlock()
+				go u.writeQueued()
+				return
+			}
+			ok = u.writeBatchLocked()
+			continue
+		}
+		if !ok {
 			q.writing = false
 			q.mu.Unlock()
 			return
 		}
-		buf, ends := q.buf, q.ends
-		q.buf, q.ends = q.spare[:0], q.spareEn[:0]
-		q.writingQueued = len(buf)
-		q.smallWriting, q.smallQueued = q.smallQueued, 0
 		q.mu.Unlock()
-
-		ok, from := true, 0
-		for _, end := range ends {
-			if ok = u.writeFrame(buf[from:end]); !ok {
-				break
-			}
-			from = end
+		if !yielded {
+			// Let the goroutines that are ready to run (clients' readers
+			// with requests read) queue theirs first, to go out in the
+			// same write. Alone, the writer is back at once.
+			yielded = true
+			runtime.Gosched()
+			continue
 		}
-
+		yielded = false
+		// Nothing more queued: put what the socket holds on the wire.
+		if err := u.Flush(); err != nil {
+			u.writeFailed(err)
+			ok = false
+			continue
+		}
 		q.mu.Lock()
-		q.spare, q.spareEn = reuse(buf, maxKeptSendQueue), reuse(ends, maxKeptSendQueue/64)
-		q.writingQueued, q.smallWriting = 0, 0
-		q.written.Broadcast()
-		if !ok {
-			q.breakLocked()
+		if len(q.ends) == 0 || q.broken {
+			q.writing = false
+			q.mu.Unlock()
+			return
 		}
 		q.mu.Unlock()
+		u.Cork() // queued during the flush: another round
 	}
+}
+
+// writeBatchLocked takes what is queued and writes it; called with q.mu
+// held, it returns without, reporting whether every write succeeded.
+func (u *upstreamConn) writeBatchLocked() bool {
+	q := &u.sq
+	buf, ends := q.buf, q.ends
+	q.buf, q.ends = q.spare[:0], q.spareEn[:0]
+	q.writingQueued = len(buf)
+	q.smallWriting, q.smallQueued = q.smallQueued, 0
+	q.mu.Unlock()
+
+	ok, from := true, 0
+	for _, end := range ends {
+		if ok = u.writeFrame(buf[from:end]); !ok {
+			break
+		}
+		from = end
+	}
+
+	q.mu.Lock()
+	q.spare, q.spareEn = reuse(buf, maxKeptSendQueue), reuse(ends, maxKeptSendQueue/64)
+	q.writingQueued, q.smallWriting = 0, 0
+	q.written.Broadcast()
+	q.mu.Unlock()
+	return ok
 }
 
 // breakLocked records a failed write: what is queued is dropped, and so
@@ -240,12 +300,18 @@ func (u *upstreamConn) writeFrame(f []byte) bool {
 	// AfterFunc on every call, a real cost per frame; the connection is
 	// closed to stop a write instead (readUpstream).
 	if err := u.Write(context.Background(), websocket.MessageText, f); err != nil {
-		u.failed.Do(func() {
-			u.srv.log.Warn("upstream write failed", "gen", u.Gen, "err", err)
-			u.CloseNow()
-		})
+		u.writeFailed(err)
 		return false
 	}
 	u.srv.metrics.UpstreamFramesOut.Inc()
 	return true
+}
+
+// writeFailed closes the connection after a failed write or flush (once):
+// its reader then fails, and the connection is lost.
+func (u *upstreamConn) writeFailed(err error) {
+	u.failed.Do(func() {
+		u.srv.log.Warn("upstream write failed", "gen", u.Gen, "err", err)
+		u.CloseNow()
+	})
 }

@@ -6,9 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,19 +59,45 @@ func sendTestConnGated(t *testing.T, gate <-chan struct{}) (*upstreamConn, <-cha
 		}
 	}))
 	t.Cleanup(node.Close)
-	ws, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(node.URL, "http"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ws.CloseNow() })
+	return dialSendTestConn(t, "ws"+strings.TrimPrefix(node.URL, "http")), got, nodeSide
+}
+
+// dialSendTestConn returns an upstreamConn to the node at url, dialled as
+// muxd dials (reconnect.WebSocketDialer, under a Supervisor), so that its
+// socket is the one the send queue corks and flushes. Nothing reads it.
+func dialSendTestConn(tb testing.TB, url string) *upstreamConn {
+	tb.Helper()
 	srv, err := New(Config{
 		Dial:   func(context.Context) (*websocket.Conn, error) { return nil, errors.New("not dialled") },
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return &upstreamConn{Conn: &reconnect.Conn{Conn: ws, Gen: 1}, srv: srv}, got, nodeSide
+	ctx, cancel := context.WithCancel(context.Background())
+	conns := make(chan *reconnect.Conn, 1)
+	sup := reconnect.New(reconnect.Config{
+		Dial:   reconnect.WebSocketDialer(url, nil, 0),
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		sup.Run(ctx, func(ctx context.Context, c *reconnect.Conn) error {
+			conns <- c
+			<-ctx.Done()
+			c.CloseNow()
+			return ctx.Err()
+		})
+	}()
+	tb.Cleanup(func() { cancel(); <-ran })
+	select {
+	case c := <-conns:
+		return &upstreamConn{Conn: c, srv: srv}
+	case <-time.After(10 * time.Second):
+		tb.Fatal("the test node was not dialled")
+		return nil
+	}
 }
 
 // sendTestPattern is what message bodies are cut from.
@@ -399,4 +428,90 @@ func TestUpstreamSendNoWait(t *testing.T) {
 			t.Fatalf("got %d bytes, want the 40 MiB sent", len(msg))
 		}
 	})
+}
+
+// discardNode returns the URL of a WebSocket node that reads and drops
+// every message.
+func discardNode(tb testing.TB) string {
+	tb.Helper()
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(64 << 20)
+		buf := make([]byte, 64<<10) // reused: the benchmarks count the sender's allocations
+		for {
+			_, r, err := c.Reader(context.Background())
+			if err != nil {
+				return
+			}
+			if _, err := io.CopyBuffer(io.Discard, r, buf); err != nil {
+				return
+			}
+		}
+	}))
+	tb.Cleanup(node.Close)
+	return "ws" + strings.TrimPrefix(node.URL, "http")
+}
+
+// BenchmarkUpstreamSendLone: one sender, one request at a time, as bench
+// (a)'s lone client: each send finds no one writing, so its caller writes
+// the frame and flushes the socket itself.
+func BenchmarkUpstreamSendLone(b *testing.B) {
+	u := dialSendTestConn(b, discardNode(b))
+	req := []byte(`{"jsonrpc":"2.0","id":1234,"method":"eth_blockNumber","params":[]}`)
+	b.SetBytes(int64(len(req)))
+	b.ReportAllocs()
+	for b.Loop() {
+		u.send(req)
+	}
+}
+
+// BenchmarkUpstreamSendBurst: many senders at once, as bench (c)'s
+// clients: most sends find someone writing and queue, and the writer
+// writes what queued meanwhile with one flush.
+func BenchmarkUpstreamSendBurst(b *testing.B) {
+	u := dialSendTestConn(b, discardNode(b))
+	req := []byte(`[{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0x00000000000000000000000000000000deadbeef","data":"0x70a08231"},"latest"]}]`)
+	b.SetBytes(int64(len(req)))
+	b.SetParallelism(50) // 100 senders on 2 cores
+	b.ReportAllocs()
+	before, counted := writeSyscalls()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			u.send(req)
+		}
+	})
+	if after, ok := writeSyscalls(); counted && ok {
+		b.ReportMetric(float64(after-before)/float64(b.N), "writes/op")
+	}
+}
+
+// writeSyscalls is the number of write system calls the process has made
+// (Linux's /proc/self/io), and whether it could be read.
+func writeSyscalls() (uint64, bool) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// TestUpstreamSendLoneAllocs: a lone request, written and flushed by its
+// sender, allocates nothing (the node here reads into a reused buffer).
+func TestUpstreamSendLoneAllocs(t *testing.T) {
+	u := dialSendTestConn(t, discardNode(t))
+	req := []byte(`{"jsonrpc":"2.0","id":1234,"method":"eth_blockNumber","params":[]}`)
+	u.send(req) // the socket's buffers, once
+	if n := testing.AllocsPerRun(200, func() { u.send(req) }); n != 0 {
+		t.Errorf("a lone send: %v allocations, want 0", n)
+	}
 }

@@ -6,30 +6,11 @@ import (
 	"time"
 )
 
-// coalesceLimit bounds what a coalescingConn holds unwritten; a writer
-// that finds more than this queued waits for the socket, which is how
-// backpressure still reaches the callers. One Write is never split or
-// refused: a writer that finds at most coalesceLimit queued appends all of
-// p, so the queue can exceed the limit by one Write (a frame of any size
-// goes through once the queue ahead of it has been taken by the flusher).
-const coalesceLimit = 4 << 20
-
-// coalesceKeep is the largest buffer a coalescingConn keeps for reuse
-// while it is busy; a batch that grew past it is dropped once written, so a
-// few huge frames do not pin their memory for the connection's life.
-const coalesceKeep = coalesceLimit
-
-// coalesceIdleKeep is the largest buffer kept while the connection is idle
-// (no flusher running): an idle connection holds at most two of these. It
-// is as large as a burst of requests gets under load (about 100 KiB queued
-// while a write is under way, in the bench's (c)): a smaller bound let every
-// pause of 2 ms drop the buffers, and each burst after it regrew them by
-// doubling, one allocation in every 30 writes.
-const coalesceIdleKeep = 1 << 20
-
-// flushChunk bounds one write to the socket, so that progress on a slow
-// socket is seen a chunk at a time (see liveness) rather than once per batch
-// of many MiB.
+// flushChunk is the most a corked coalescingConn holds before it writes to
+// the socket, and the most one socket write carries: progress on a slow
+// socket is seen a chunk at a time (see liveness), and the conn holds at
+// most about two chunks, whatever the size of the frames written through
+// it.
 const flushChunk = 64 << 10
 
 // blockedWrite is how long a socket write must have taken to count as one
@@ -40,36 +21,39 @@ const flushChunk = 64 << 10
 // bytes (see liveness). On a busy host it may only have waited for the CPU.
 const blockedWrite = time.Millisecond
 
-// flusherLinger is how long an idle flusher waits for more before it exits:
-// long enough that a busy connection keeps one goroutine instead of starting
-// one per frame, short enough that an idle one holds none.
-const flusherLinger = 2 * time.Millisecond
-
-// coalescingConn turns the shared upstream socket's many small writes into
-// few system calls. coder/websocket writes and flushes every frame on its
-// own, under its own write lock, so on a socket that many clients share each
-// request would cost a system call and the next writer would wait for it.
-// Here Write only appends to a buffer; one flusher goroutine, started when
-// the buffer goes from empty to not, takes everything that has queued
-// meanwhile and writes it out, and exits once the buffer has stayed empty
-// for flusherLinger. Bytes keep their order, and the bytes of one Write stay
-// together.
+// coalescingConn is the upstream socket under coder/websocket: it lets the
+// connection's one writer (muxd's send queue, mux/upstream_send.go) put many
+// frames into one system call, and reports reads and writes to keepalive
+// (see liveness). It has no goroutine and no queue of its own.
 //
-// Buffers and who owns them (all under mu): buf is the batch being filled,
-// appended to by Write only. The flusher takes buf as its batch and, outside
-// mu, writes it; while it does, that array is referenced by the flusher alone:
-// it is neither buf nor spare. spare is an empty array referenced by nobody,
-// or nil; the flusher makes it the next buf (and sets spare to nil) when it
-// takes a batch, and puts the written batch back as spare only after the
-// socket write has returned, and only if it is not larger than coalesceKeep
-// (coalesceIdleKeep once the flusher exits). So no array is ever appended to
-// while it is being written, nor handed out twice.
+// coder/websocket writes every frame through a 4 KiB buffer that it flushes
+// at the end of the frame, so each frame costs at least one Write here. While
+// the conn is corked (Cork), Write only appends to a buffer, and writes it out
+// once it holds flushChunk; Flush writes out the rest and uncorks. The writer
+// corks before it writes the frames it has and flushes once it has no more,
+// as derp's sendLoop flushes its bufio.Writer when its queue is empty. A
+// frame written while the conn is not corked (a ping, a pong, a close frame
+// with no writer at work) goes to the socket at once. Frames are never split
+// or merged at the WebSocket level: each stays its own message, and only the
+// bytes of several go out in one write.
 //
-// An error from the socket is returned by the next Write (and every one
-// after); the connection is broken by then and its reader fails too. Close
-// makes every waiting and later Write fail with net.ErrClosed; bytes still
-// queued are dropped, as a socket's unsent data is. Write, Read and Close may
-// be called concurrently.
+// Concurrency: coder/websocket serializes its frames (the writer's messages,
+// pongs from the reader, keepalive's ping and probe, the close frame), so
+// Writes never overlap; Flush, called by the writer after coder/websocket
+// returned, may overlap a Write. wmu is held for every socket write, and the
+// buffer is taken under it, so bytes reach the socket in the order they were
+// written. Write, Read, Close, Cork and Flush may be called concurrently.
+//
+// Buffers (under mu): buf is appended to by Write; a socket write takes it
+// whole under wmu, makes spare the next buf, and gives the written array
+// back as spare once the write has returned, so no array is appended to
+// while it is being written. Both stay below 2 × flushChunk: a Write of
+// flushChunk or more is written from the caller's memory, after the buffer.
+//
+// An error from the socket is sticky: every later Write and Flush returns
+// it; the connection is broken by then and its reader fails too. Close makes
+// them fail with net.ErrClosed; bytes still held are dropped, as a socket's
+// unsent data is.
 type coalescingConn struct {
 	net.Conn
 
@@ -78,14 +62,13 @@ type coalescingConn struct {
 	// is used, never changed.
 	live *liveness
 
-	mu       sync.Mutex
-	drained  sync.Cond     // broadcast when the flusher takes a batch, fails, or exits, and on Close
-	buf      []byte        // the batch being filled; appended to by Write
-	spare    []byte        // an unreferenced empty array for the next batch, or nil
-	writing  bool          // the flusher is writing a batch outside mu
-	flushing bool          // a flusher goroutine is running
-	err      error         // sticky: the first socket error, or net.ErrClosed after Close
-	more     chan struct{} // cap 1: Write added to buf while a flusher runs
+	wmu     sync.Mutex // held while writing to the socket; taken before mu
+	mu      sync.Mutex
+	corked  bool   // Write appends to buf (Cork until Flush)
+	writing bool   // a socket write is under way
+	buf     []byte // bytes written while corked, not yet taken
+	spare   []byte // an unreferenced empty array for the next buf, or nil
+	err     error  // sticky: the first socket error, or net.ErrClosed after Close
 
 	ahead readAhead // owned by the reading goroutine, not guarded by mu
 
@@ -95,42 +78,104 @@ type coalescingConn struct {
 	ackNow func() error
 
 	// writePushed writes a chunk and reports whether the socket pushed
-	// back (see pushbackWriter), or is nil: writes are then timed. Used by
-	// the flusher only.
+	// back (see pushbackWriter), or is nil: writes are then timed. Called
+	// under wmu only.
 	writePushed func(p []byte) (bool, error)
 }
 
 func newCoalescingConn(c net.Conn) *coalescingConn {
-	cc := &coalescingConn{Conn: c, more: make(chan struct{}, 1), ackNow: quickAcker(c), writePushed: pushbackWriter(c)}
-	cc.drained.L = &cc.mu
-	return cc
+	return &coalescingConn{Conn: c, ackNow: quickAcker(c), writePushed: pushbackWriter(c)}
 }
 
-// Write queues p and returns len(p), or the connection's error. It waits
-// while more than coalesceLimit bytes are queued and not yet taken by the
-// flusher.
-func (c *coalescingConn) Write(p []byte) (int, error) {
+// Cork makes Write hold what it is given until Flush (or until flushChunk
+// is held). Called by the connection's writer before it writes.
+func (c *coalescingConn) Cork() {
 	c.mu.Lock()
-	for c.err == nil && len(c.buf) > coalesceLimit {
-		c.drained.Wait()
+	if c.err == nil {
+		c.corked = true
 	}
+	c.mu.Unlock()
+}
+
+// Flush writes out what Write held and uncorks, and returns the
+// connection's error, if any. Called by the writer that corked, once it
+// has nothing more to write.
+func (c *coalescingConn) Flush() error {
+	for {
+		c.wmu.Lock()
+		c.mu.Lock()
+		if len(c.buf) == 0 || c.err != nil {
+			c.corked = false
+			err := c.err
+			c.mu.Unlock()
+			c.wmu.Unlock()
+			return err
+		}
+		c.writeHeldLocked(nil)
+		c.wmu.Unlock()
+	}
+}
+
+// Write writes p to the socket, or, while corked, appends it to what is
+// held (writing that out once it reaches flushChunk).
+func (c *coalescingConn) Write(p []byte) (int, error) {
+	n := len(p)
+	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
 		return 0, err
 	}
-	c.buf = append(c.buf, p...)
-	if !c.flushing {
-		c.flushing = true
-		go c.flush()
+	if c.corked && len(p) < flushChunk {
+		c.buf = append(c.buf, p...)
+		full := len(c.buf) >= flushChunk
+		c.mu.Unlock()
+		if !full {
+			return n, nil
+		}
+		p = nil // held: write out the buffer alone
 	} else {
-		select {
-		case c.more <- struct{}{}:
-		default:
+		c.mu.Unlock()
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	if err := c.writeHeldLocked(p); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// writeHeldLocked writes out the buffer, then p, to the socket. Called with
+// wmu and mu held; returns with wmu held and mu released.
+func (c *coalescingConn) writeHeldLocked(p []byte) error {
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	out := c.buf
+	c.buf, c.spare = c.spare[:0], nil
+	c.writing = true
+	c.mu.Unlock()
+	err := c.writeOut(out)
+	if err == nil {
+		err = c.writeOut(p)
+	}
+	c.mu.Lock()
+	c.writing = false
+	if c.err == nil {
+		c.spare = out[:0]
+		if err != nil {
+			c.err = err
 		}
 	}
+	if c.err != nil {
+		c.buf, c.spare = nil, nil
+		err = c.err
+	}
 	c.mu.Unlock()
-	return len(p), nil
+	return err
 }
 
 // Read reads from the socket through a read-ahead buffer (readAhead),
@@ -150,88 +195,28 @@ func (c *coalescingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// backlogged reports whether bytes are queued or being written, i.e.
-// whether a frame written now would wait behind others.
+// backlogged reports whether the connection's writer is at work (corked),
+// bytes are held, or a socket write is under way, i.e. whether a frame
+// written now would wait behind others.
 func (c *coalescingConn) backlogged() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.err == nil && (c.writing || len(c.buf) > 0)
+	return c.err == nil && (c.corked || c.writing || len(c.buf) > 0)
 }
 
-// Close closes the socket. Waiting and later Writes fail with net.ErrClosed.
+// Close closes the socket. Later Writes and Flushes fail with
+// net.ErrClosed; a socket write under way fails as the socket closes.
 func (c *coalescingConn) Close() error {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = net.ErrClosed
 	}
-	c.drained.Broadcast()
+	c.buf, c.spare, c.corked = nil, nil, false
 	c.mu.Unlock()
 	return c.Conn.Close()
 }
 
-// flush is the flusher goroutine: it writes batches until the buffer has
-// stayed empty for flusherLinger or the socket fails.
-func (c *coalescingConn) flush() {
-	linger := time.NewTimer(flusherLinger)
-	defer linger.Stop()
-	c.mu.Lock()
-	for c.err == nil {
-		if len(c.buf) == 0 {
-			if !c.waitMore(linger) {
-				break
-			}
-			continue // re-check err: Close may have come meanwhile
-		}
-		out := c.buf
-		c.buf, c.spare = c.spare[:0], nil
-		c.writing = true
-		c.drained.Broadcast() // the queue is empty again: waiting writers may append
-		c.mu.Unlock()
-		err := c.writeOut(out)
-		c.mu.Lock()
-		c.writing = false
-		if cap(out) <= coalesceKeep {
-			c.spare = out[:0]
-		}
-		if err != nil && c.err == nil {
-			c.err = err
-		}
-	}
-	c.flushing = false
-	// Idle (or broken): keep no more than a small buffer.
-	if cap(c.buf) > coalesceIdleKeep || c.err != nil {
-		c.buf = nil
-	}
-	if cap(c.spare) > coalesceIdleKeep || c.err != nil {
-		c.spare = nil
-	}
-	c.drained.Broadcast()
-	c.mu.Unlock()
-}
-
-// waitMore waits, without mu, until a Write queues bytes or the connection
-// fails, or until the queue has stayed empty for flusherLinger; it reports
-// whether to go on. Called and returns with mu held. A signal on more can
-// be stale (sent for bytes the flusher took with an earlier batch): it is
-// waited past, not taken for the end of the linger, so that a busy
-// connection keeps its flusher instead of starting one per batch.
-func (c *coalescingConn) waitMore(linger *time.Timer) bool {
-	linger.Reset(flusherLinger)
-	for len(c.buf) == 0 && c.err == nil {
-		c.mu.Unlock()
-		select {
-		case <-c.more:
-			c.mu.Lock()
-		case <-linger.C:
-			c.mu.Lock()
-			return len(c.buf) > 0 || c.err != nil
-		}
-	}
-	return true
-}
-
-// writeOut writes out to the socket a chunk at a time. Called by the
-// flusher without mu; out belongs to the flusher until it returns.
+// writeOut writes out to the socket a chunk at a time. Called under wmu.
 func (c *coalescingConn) writeOut(out []byte) error {
 	for len(out) > 0 {
 		n := min(len(out), flushChunk)

@@ -12,7 +12,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 )
 
@@ -39,13 +38,19 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// TestCoalescingConnMergesAndKeepsOrder: writes made while the socket is busy
-// go out together in one system call, in order.
-func TestCoalescingConnMergesAndKeepsOrder(t *testing.T) {
+// TestCoalescingConnCorkHoldsUntilFlush: writes made while corked reach the
+// socket only at Flush, together in one system call and in order; once
+// flushed, a write goes to the socket at once.
+func TestCoalescingConnCorkHoldsUntilFlush(t *testing.T) {
 	a, b := net.Pipe()
 	t.Cleanup(func() { a.Close(); b.Close() })
-	cc := &countingConn{Conn: a, gate: make(chan struct{}), inside: make(chan struct{}, 1)}
+	cc := &countingConn{Conn: a}
 	c := newCoalescingConn(cc)
+	writes := func() int {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		return cc.writes
+	}
 
 	var want bytes.Buffer
 	write := func(i int) {
@@ -55,41 +60,68 @@ func TestCoalescingConnMergesAndKeepsOrder(t *testing.T) {
 			t.Fatalf("Write %d: %d, %v", i, n, err)
 		}
 	}
-	write(0)
-	<-cc.inside // the first frame's socket write is now held at the gate
-	for i := 1; i < 100; i++ {
+	c.Cork()
+	for i := range 100 {
 		write(i)
+	}
+	if n := writes(); n != 0 {
+		t.Fatalf("%d socket writes while corked, want 0", n)
+	}
+	if !c.backlogged() {
+		t.Error("backlogged() = false while corked with bytes held")
 	}
 	got := make(chan []byte)
 	go func() {
-		buf := make([]byte, want.Len())
+		buf := make([]byte, want.Len()+3)
 		io.ReadFull(b, buf)
 		got <- buf
 	}()
-	close(cc.gate)
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes(); n != 1 {
+		t.Errorf("%d socket writes for 100 frames written while corked, want 1", n)
+	}
+	if c.backlogged() {
+		t.Error("backlogged() = true after Flush")
+	}
+	write(100) // uncorked: straight to the socket
 	if g := <-got; !bytes.Equal(g, want.Bytes()) {
 		t.Fatalf("bytes out of order or lost")
 	}
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	if cc.writes != 2 {
-		t.Errorf("%d socket writes for 1 frame and 99 queued behind it, want 2", cc.writes)
+	if n := writes(); n != 2 {
+		t.Errorf("%d socket writes, want 2 (the flush, then the frame written uncorked)", n)
 	}
 }
 
-// TestCoalescingConnReportsErrors: once the socket fails, Write says so.
+// TestCoalescingConnReportsErrors: once the socket fails, Write and Flush
+// say so, corked or not, and so they do after Close.
 func TestCoalescingConnReportsErrors(t *testing.T) {
 	a, b := net.Pipe()
 	b.Close()
 	c := newCoalescingConn(a)
-	c.Write([]byte("x")) // accepted; the flusher finds the socket closed
-	c.mu.Lock()
-	for c.flushing {
-		c.drained.Wait()
+	c.Cork()
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatalf("Write while corked: %v, want it held", err)
 	}
-	c.mu.Unlock()
+	if err := c.Flush(); !errors.Is(err, io.ErrClosedPipe) {
+		t.Fatalf("Flush to a closed peer: %v, want io.ErrClosedPipe", err)
+	}
 	if _, err := c.Write([]byte("y")); !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("Write after a failed flush: %v, want io.ErrClosedPipe", err)
+	}
+
+	d, e := net.Pipe()
+	defer e.Close()
+	c = newCoalescingConn(d)
+	c.Cork()
+	c.Write([]byte("z"))
+	c.Close()
+	if _, err := c.Write([]byte("z")); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Write after Close: %v, want net.ErrClosed", err)
+	}
+	if err := c.Flush(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Flush after Close: %v, want net.ErrClosed", err)
 	}
 }
 
@@ -129,7 +161,8 @@ func frameSizes(r *rand.Rand, n, largeEvery int) []int {
 
 // TestCoalescingConnLargeFramesIntact: several writers send frames of 5–12
 // MiB mixed with small ones, concurrently, to a peer that reads a little at
-// a time; every frame arrives intact, exactly once, and in each writer's
+// a time, each corking the conn now and then and flushing it while others
+// write; every frame arrives intact, exactly once, and in each writer's
 // order.
 func TestCoalescingConnLargeFramesIntact(t *testing.T) {
 	const (
@@ -188,13 +221,22 @@ func TestCoalescingConnLargeFramesIntact(t *testing.T) {
 					ready.Done()
 					<-start
 					for seq, f := range frames {
+						if seq%3 == w%3 {
+							c.Cork()
+						}
 						if err := writeInPieces(&frameMu, c, f, 4<<10); err != nil {
 							writeErr <- fmt.Errorf("writer %d frame %d: %w", w, seq, err)
 							return
 						}
 						frames[seq] = nil
+						if seq%5 == w%5 {
+							if err := c.Flush(); err != nil {
+								writeErr <- fmt.Errorf("writer %d flush after frame %d: %w", w, seq, err)
+								return
+							}
+						}
 					}
-					writeErr <- nil
+					writeErr <- c.Flush()
 				}()
 			}
 			ready.Wait()
@@ -307,190 +349,47 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 	return client, server
 }
 
-// TestCoalescingConnBatchAfterLargeBatch walks, one socket write at a
-// time, through the sequence that once corrupted frames: a small batch,
-// then a batch larger than coalesceLimit, then small ones again. No batch
-// being written may be appended to, so every frame arrives as written,
-// once.
-func TestCoalescingConnBatchAfterLargeBatch(t *testing.T) {
-	client, peer := net.Pipe() // a Write returns only once the peer has read it all
-	t.Cleanup(func() { client.Close(); peer.Close() })
-	c := newCoalescingConn(client)
+// TestCoalescingConnHoldsAtMostAChunk: while corked, the conn writes out
+// what it holds once it reaches flushChunk, in pieces of that size, and
+// writes a Write of flushChunk or more from the caller's memory, so that its
+// buffers stay below two chunks whatever is written through it.
+func TestCoalescingConnHoldsAtMostAChunk(t *testing.T) {
+	client, peer := net.Pipe()
+	defer peer.Close()
+	defer client.Close()
+	go io.Copy(io.Discard, peer)
+	cc := &countingConn{Conn: client}
+	c := newCoalescingConn(cc)
 
-	frame := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
-	write := func(p []byte) {
+	check := func(when string) {
 		t.Helper()
-		if _, err := c.Write(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read := func(want []byte) {
-		t.Helper()
-		got := make([]byte, len(want))
-		if _, err := io.ReadFull(peer, got); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			i := 0
-			for got[i] == want[i] {
-				i++
-			}
-			t.Fatalf("peer read %q… at byte %d of a %d-byte frame of %q", got[i:min(i+8, len(got))], i, len(want), want[:1])
-		}
-	}
-	idle := func() { // the flusher has finished and exited
 		c.mu.Lock()
-		for c.flushing {
-			c.drained.Wait()
+		defer c.mu.Unlock()
+		if cap(c.buf) >= 2*flushChunk || cap(c.spare) >= 2*flushChunk {
+			t.Errorf("%s: buffers of %d and %d bytes, want each under %d", when, cap(c.buf), cap(c.spare), 2*flushChunk)
 		}
-		c.mu.Unlock()
 	}
-
-	small1, large, small2, small3 := frame('a', 1000), frame('L', coalesceLimit+1<<20), frame('b', 900), frame('c', 900)
-
-	write(small1) // batch 1: small
-	read(small1)
-	idle()
-
-	write(large) // batch 2: over coalesceLimit
-	read(large[:1])
-	write(small2) // queued while batch 2 is being written
-	read(large[1:])
-
-	read(small2[:1]) // batch 3 (small2) is being written
-	write(small3)    // queued behind it: must not land in batch 3's array
-	read(small2[1:])
-	read(small3)
-}
-
-// TestCoalescingConnWaitersWake: a Write larger than coalesceLimit goes
-// through at once when nothing is queued; a Write that waits behind a full
-// queue returns the error when the socket fails or the conn is closed.
-func TestCoalescingConnWaitersWake(t *testing.T) {
-	tests := []struct {
-		name    string
-		fail    func(c *coalescingConn, peer net.Conn)
-		wantErr error
-	}{
-		{"Close", func(c *coalescingConn, _ net.Conn) { c.Close() }, net.ErrClosed},
-		{"socket error", func(_ *coalescingConn, peer net.Conn) { peer.Close() }, io.ErrClosedPipe},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				client, peer := net.Pipe() // nobody reads peer: the first socket write blocks
-				defer peer.Close()
-				defer client.Close()
-				c := newCoalescingConn(client)
-
-				// 12 MiB into an empty queue: accepted at once.
-				if _, err := c.Write(make([]byte, 12<<20)); err != nil {
-					t.Fatal(err)
-				}
-				// Accepted once the flusher has taken the first as its batch.
-				if _, err := c.Write(make([]byte, coalesceLimit+1)); err != nil {
-					t.Fatal(err)
-				}
-				done := make(chan error, 1)
-				go func() {
-					_, err := c.Write([]byte("behind a full queue"))
-					done <- err
-				}()
-				synctest.Wait()
-				select {
-				case err := <-done:
-					t.Fatalf("Write behind more than coalesceLimit queued returned %v before the socket took any of it", err)
-				default:
-				}
-
-				tt.fail(c, peer)
-				if err := <-done; !errors.Is(err, tt.wantErr) {
-					t.Errorf("waiting Write returned %v, want %v", err, tt.wantErr)
-				}
-				if _, err := c.Write([]byte("x")); !errors.Is(err, tt.wantErr) {
-					t.Errorf("later Write returned %v, want %v", err, tt.wantErr)
-				}
-			})
-		})
-	}
-}
-
-// TestCoalescingConnKeepsBoundedBuffers: a batch larger than coalesceKeep
-// is not kept once written, and an idle conn keeps no buffer larger than
-// coalesceIdleKeep.
-func TestCoalescingConnKeepsBoundedBuffers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		client, peer := net.Pipe()
-		defer peer.Close()
-		defer client.Close()
-		go io.Copy(io.Discard, peer)
-		c := newCoalescingConn(client)
-
-		check := func(when string, maxBuf, maxSpare int) {
-			t.Helper()
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if cap(c.buf) > maxBuf || cap(c.spare) > maxSpare {
-				t.Errorf("%s: buffers of %d and %d bytes kept, want at most %d and %d", when, cap(c.buf), cap(c.spare), maxBuf, maxSpare)
-			}
-		}
-		for _, n := range []int{100, 12 << 20, 100, coalesceLimit + 1, 100, 3 << 20} {
-			if _, err := c.Write(make([]byte, n)); err != nil {
-				t.Fatal(err)
-			}
-			synctest.Wait() // written; the flusher lingers
-			check(fmt.Sprintf("after a %d-byte batch", n), coalesceKeep, coalesceKeep)
-		}
-		time.Sleep(flusherLinger) // in the bubble: the flusher exits
-		synctest.Wait()
-		check("idle", coalesceIdleKeep, coalesceIdleKeep)
-	})
-}
-
-// TestCoalescingConnFlusherLingers: a signal left over from a Write taken
-// with an earlier batch does not end the flusher; it stays for
-// flusherLinger after the queue empties, so a busy connection does not
-// start a goroutine (and a timer) per batch.
-func TestCoalescingConnFlusherLingers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		client, peer := net.Pipe()
-		defer peer.Close()
-		defer client.Close()
-		go io.Copy(io.Discard, peer)
-		cc := &countingConn{Conn: client, gate: make(chan struct{}), inside: make(chan struct{}, 1)}
-		c := newCoalescingConn(cc)
-		flushing := func() bool {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.flushing
-		}
-
-		if _, err := c.Write([]byte("a")); err != nil {
+	c.Cork()
+	piece := make([]byte, 4<<10)
+	for range (8 << 20) / len(piece) { // one 8 MiB frame, as coder/websocket writes it
+		if _, err := c.Write(piece); err != nil {
 			t.Fatal(err)
 		}
-		<-cc.inside // the flusher is writing "a"
-		// Queued behind it, with a signal the flusher will not need: it
-		// takes "b" with its next batch.
-		if _, err := c.Write([]byte("b")); err != nil {
+	}
+	check("after 8 MiB in 4 KiB pieces")
+	cc.mu.Lock()
+	if want := (8 << 20) / flushChunk; cc.writes != want {
+		t.Errorf("%d socket writes for 8 MiB corked, want %d (one per chunk)", cc.writes, want)
+	}
+	cc.mu.Unlock()
+	for _, n := range []int{100, 12 << 20, 100, flushChunk, 3 << 20} {
+		if _, err := c.Write(make([]byte, n)); err != nil {
 			t.Fatal(err)
 		}
-		close(cc.gate)
-		synctest.Wait() // both written; the queue is empty
-		if !flushing() {
-			t.Fatal("the flusher exited as soon as the queue emptied: a stale signal ended its linger")
-		}
-		time.Sleep(flusherLinger - time.Nanosecond)
-		synctest.Wait()
-		if !flushing() {
-			t.Fatal("the flusher exited before flusherLinger")
-		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
-		if flushing() {
-			t.Fatal("the flusher still runs flusherLinger after the queue emptied")
-		}
-		if cc.writes != 2 {
-			t.Errorf("%d socket writes, want 2", cc.writes)
-		}
-	})
+		check(fmt.Sprintf("after a %d-byte Write", n))
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check("flushed")
 }

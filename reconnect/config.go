@@ -68,6 +68,11 @@ type Config struct {
 	// PingInterval+PingTimeout.
 	AnswerWait time.Duration
 
+	// ProbeID is the id (raw JSON, a string) of keepalive's own request,
+	// one its caller keeps for it in its upstream id space and routes
+	// nowhere (muxd: failover.ProbeID). "" means ProbeID.
+	ProbeID string
+
 	// DialTimeout bounds each dial attempt. <= 0 means DefaultDialTimeout (10s).
 	DialTimeout time.Duration
 
@@ -149,6 +154,9 @@ func (cfg Config) withDefaults() Config {
 		cfg.PingTimeout = DefaultPingTimeout
 	}
 	cfg.AnswerWait = max(cfg.AnswerWait, cfg.PingInterval+cfg.PingTimeout)
+	if cfg.ProbeID == "" {
+		cfg.ProbeID = ProbeID
+	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}

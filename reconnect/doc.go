@@ -13,8 +13,9 @@
 // at a time. Internally it runs one keepalive goroutine per connection, at most one
 // ping at a time, and, on shutdown, one closer; none of them outlive the connection
 // they belong to, except that a graceful close handshake may still finish shortly
-// after Run returns (bounded by coder/websocket's own close timeouts). Each socket
-// opened by [WebSocketDialer] has one flusher goroutine while it has writes queued.
+// after Run returns (bounded by coder/websocket's own close timeouts). A socket opened
+// by [WebSocketDialer] has no goroutine of its own: its writes are made by whoever
+// writes, and held between [Conn.Cork] and [Conn.Flush].
 //
 // Redirects: a handshake answered with an HTTP redirect is not followed (the headers
 // carry API keys); the dial fails with [ErrRedirect].

@@ -20,7 +20,7 @@ type pinger interface {
 }
 
 // prober is a pinger that can also send the node a request of keepalive's
-// own (*websocket.Conn can). keepalive then asks ProbeRequest beside each
+// own (*websocket.Conn can). keepalive then asks its probe request (probeRequest) beside each
 // ping, and only an answer proves that the node hears: a node's WebSocket
 // layer answers pings on its own (geth's does, in its connection reader),
 // so a node whose request handling hangs goes on answering them while every
@@ -30,18 +30,20 @@ type prober interface {
 	Write(ctx context.Context, typ websocket.MessageType, p []byte) error
 }
 
-// ProbeID is the id of keepalive's own request: a string, so that it never
-// collides with the numbers muxd rewrites clients' ids to. The answer to it
-// is hearing like any answer (serve reports it, [Conn.Answered]) and is
-// routed nowhere.
+// ProbeID is the default id of keepalive's own request (Config.ProbeID): a
+// string, so that it never collides with the numbers muxd rewrites clients'
+// ids to. The answer to it is hearing like any answer (serve reports it,
+// [Conn.Answered]); the caller routes it nowhere.
 const ProbeID = `"muxd-keepalive"`
 
-// ProbeRequest is keepalive's own request: probeMethod, which every node
-// answers at once from its configuration. An error answer proves hearing
-// as well as a result.
-const ProbeRequest = `{"jsonrpc":"2.0","id":` + ProbeID + `,"method":"` + probeMethod + `"}`
+// probeRequest is keepalive's own request under id: probeMethod, which
+// every node answers at once from its configuration. An error answer
+// proves hearing as well as a result.
+func probeRequest(id string) []byte {
+	return []byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"` + probeMethod + `"}`)
+}
 
-// probeMethod is ProbeRequest's method, named in errors.
+// probeMethod is the probe request's method, named in errors.
 const probeMethod = "eth_chainId"
 
 // keepalive watches c until ctx is done and drops it once the node has
@@ -66,7 +68,7 @@ const probeMethod = "eth_chainId"
 //     sign of life, as a silent one was with plain pings.
 //   - If bytes came but nothing was heard by the end of the ping's timeout
 //     (see pingCall.deaf: no answer to a request, keepalive's own
-//     ProbeRequest sent before the ping included; where c cannot send one,
+//     probe request sent before the ping included; where c cannot send one,
 //     no pong either), the node is declared deaf and dropped the same way:
 //     it sends (pushes heads and logs, say, or only pongs) but acts on
 //     nothing of ours, so every request on the connection would wait out
@@ -82,7 +84,9 @@ const probeMethod = "eth_chainId"
 // on serve reading concurrently. It returns nil when ctx is done. A ping it
 // started may still be waiting for its pong (bounded by timeout) after it
 // returns; it ends when c is closed.
-func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout, answerWait time.Duration) error {
+//
+// probe is the request a prober sends beside each ping (probeRequest).
+func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout, answerWait time.Duration, probe []byte) error {
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	var p *pingCall // the last ping started
@@ -103,7 +107,7 @@ func keepalive(ctx context.Context, c pinger, live *liveness, interval, timeout,
 		asked := p.running()                 // a ping sent earlier is still out
 		ask := func() {
 			if !asked && !live.backlogged() {
-				p = startPing(c, live, timeout)
+				p = startPing(c, live, timeout, probe)
 				asked = true
 			}
 		}
@@ -223,7 +227,7 @@ const askRetry = 10 * time.Millisecond
 type pingCall struct {
 	done   chan struct{} // closed when the ping has ended
 	ponged bool          // whether it ended with a pong; read after done
-	probed bool          // ProbeRequest was sent before the ping; read after done
+	probed bool          // the probe request was sent before the ping; read after done
 	// msgsBefore is how many messages serve had begun reading when the
 	// ping was sent: a message numbered above it began after the ping.
 	msgsBefore uint64
@@ -232,7 +236,7 @@ type pingCall struct {
 	heardBefore uint64
 }
 
-// startPing sends one ping, after ProbeRequest when c is a prober, and
+// startPing sends one ping, after probe when c is a prober, and
 // records its pong as proof of life, and of hearing when no probe went
 // out before it (with one, the probe's answer is the hearing). Its context
 // is not keepalive's: cancelling a ping while coder/websocket writes it
@@ -240,7 +244,7 @@ type pingCall struct {
 // The probe is written without a deadline for the same reason (keepalive
 // asks only when none of our writes are queued, so it nearly always goes at
 // once); the ping waits for it at most timeout.
-func startPing(c pinger, live *liveness, timeout time.Duration) *pingCall {
+func startPing(c pinger, live *liveness, timeout time.Duration, probe []byte) *pingCall {
 	p := &pingCall{done: make(chan struct{}), msgsBefore: live.msgStarts.Load(), heardBefore: live.hearing()}
 	go func() {
 		defer close(p.done)
@@ -251,7 +255,7 @@ func startPing(c pinger, live *liveness, timeout time.Duration) *pingCall {
 			// up the ping and this round's verdict. Not written within
 			// timeout, the round is judged by the ping alone.
 			written := make(chan bool, 1)
-			go func() { written <- pr.Write(context.Background(), websocket.MessageText, []byte(ProbeRequest)) == nil }()
+			go func() { written <- pr.Write(context.Background(), websocket.MessageText, probe) == nil }()
 			select {
 			case p.probed = <-written:
 			case <-time.After(timeout):

@@ -90,7 +90,7 @@ func TestKeepaliveHealthyUpstream(t *testing.T) {
 
 // TestKeepaliveJudgesByProgress runs the supervisor against nodes that
 // read muxd's backlog at various paces, in a synctest bubble (fake time,
-// in-memory sockets). muxd queues more than coalesceLimit, so a ping would
+// in-memory sockets). muxd writes a backlog of 6.4 MiB, so a ping would
 // wait behind it for longer than PingInterval+PingTimeout: a node that
 // reads steadily must be kept although no pong can come back in time; a
 // node that stops reading and answering must be dropped PingInterval +
@@ -151,15 +151,23 @@ func TestKeepaliveJudgesByProgress(t *testing.T) {
 				defer close(done)
 				logs, start, stop := superviseKeepalive(t, webSocketDialer("ws://node.test/", nil, 0, node.dial), interval, timeout,
 					func(c *Conn) { // muxd's traffic; ends once the connection fails
+						// Written as muxd's one writer writes: corked
+						// while it has frames, flushed once it has none.
 						msg := bytes.Repeat([]byte("x"), frameSize)
+						c.Cork()
 						for range frames {
 							if c.Write(context.Background(), websocket.MessageText, msg) != nil {
 								return
 							}
 							if tt.light {
+								if c.Flush() != nil {
+									return
+								}
 								time.Sleep(readEvery)
+								c.Cork()
 							}
 						}
+						c.Flush()
 					}, readUntilError)
 				defer stop()
 
@@ -366,7 +374,9 @@ func TestKeepaliveJudgesPingByItsOwnHearing(t *testing.T) {
 				defer node.CloseNow() // ends a ping still out
 				result := make(chan error, 1)
 				start := time.Now()
-				wg.Go(func() { result <- keepalive(ctx, node, live, interval, timeout, interval+timeout) })
+				wg.Go(func() {
+					result <- keepalive(ctx, node, live, interval, timeout, interval+timeout, probeRequest(ProbeID))
+				})
 				wg.Go(func() { // what serve reports
 					message := func() { live.msgStarts.Add(1); live.progressed(); live.msgEnds.Add(1) }
 					answers := tt.answers
@@ -436,7 +446,9 @@ func TestKeepaliveQuietJustAfterUnheard(t *testing.T) {
 		defer node.CloseNow()
 		start := time.Now()
 		result := make(chan error, 1)
-		go func() { result <- keepalive(ctx, node, live, interval, timeout, interval+timeout) }()
+		go func() {
+			result <- keepalive(ctx, node, live, interval, timeout, interval+timeout, probeRequest(ProbeID))
+		}()
 		time.Sleep(lastPush)
 		live.progressed() // a push, then nothing
 		select {
@@ -597,7 +609,7 @@ func TestStartPingProbeStuck(t *testing.T) {
 		live := newLiveness()
 		c := &stuckProber{unansweredPinger: unansweredPinger{closed: make(chan struct{})}}
 		defer c.CloseNow()
-		p := startPing(c, live, time.Second)
+		p := startPing(c, live, time.Second, probeRequest(ProbeID))
 		select {
 		case <-p.done:
 		case <-time.After(time.Minute):

@@ -40,8 +40,8 @@ import (
 // once a message that began after the ping has ended.
 //
 // Concurrency: progressed, tookWrite and hears are called by whichever
-// goroutines read and write the socket (serve's reader, the coalescer's
-// flusher, a ping), the other methods by the keepalive goroutine; watch by
+// goroutines read and write the socket (serve's reader, the connection's
+// writer, a ping), the other methods by the keepalive goroutine; watch by
 // the dialer before the socket is used. Everything is atomic.
 type liveness struct {
 	start time.Time // monotonic origin of the signals' times

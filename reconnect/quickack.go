@@ -6,12 +6,8 @@ package reconnect
 // one. A receiver normally delays its acknowledgements, and on a fast link
 // (loopback, a LAN) the sender's window then waits on them: the node's
 // congestion control paces the flow by acknowledgements that come late.
-// Measured with bench (g), 10 clients each pulling 8 MB answers on a
-// 2-core box under bbr, asking the kernel to acknowledge at once
-// (TCP_QUICKACK) after each read of a large answer's payload took muxd
-// from a mean of 0.83 × the relay's MB/s to 0.91 × (13 and 10 runs,
-// alternated; docs/performance.md). At 1 MB, and under cubic, it made no
-// difference beyond the noise.
+// So muxd asks the kernel to acknowledge at once (TCP_QUICKACK) after each
+// read of a large answer's payload (what it bought: docs/perf-log.md).
 //
 // TCP_QUICKACK is not sticky (the kernel returns to delayed
 // acknowledgements on its own), so it is asked again after every such read:

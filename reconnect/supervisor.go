@@ -29,6 +29,34 @@ type Conn struct {
 	// live is the connection's liveness (see keepalive); nil on a Conn made
 	// outside a Supervisor.
 	live *liveness
+	// sock is the socket under the WebSocket when [WebSocketDialer] opened
+	// it, else nil (Cork and Flush then do nothing).
+	sock *coalescingConn
+}
+
+// Cork makes the socket hold the frames written from now on, in chunks of
+// up to 64 KiB, until Flush writes them out in as few system calls as they
+// fit: the connection's one writer corks before it writes what it has and
+// flushes once it has no more (as derp's sendLoop flushes its buffer when
+// its queue is empty). Frames stay whole WebSocket messages; only their
+// bytes share writes. A frame written by anyone else meanwhile (a ping, a
+// pong, the close frame) joins the held bytes in order. Cork and Flush are
+// for one writer at a time; they do nothing on a connection not opened by
+// [WebSocketDialer].
+func (c *Conn) Cork() {
+	if c != nil && c.sock != nil {
+		c.sock.Cork()
+	}
+}
+
+// Flush writes out what the socket holds since Cork and uncorks it. It
+// returns the socket's error, if a write failed (the connection is broken,
+// and should be closed) or the socket was closed.
+func (c *Conn) Flush() error {
+	if c == nil || c.sock == nil {
+		return nil
+	}
+	return c.sock.Flush()
 }
 
 // Answered tells keepalive that the node answered one of our requests: it
@@ -148,7 +176,7 @@ func (s *Supervisor) Run(ctx context.Context, serve func(ctx context.Context, c 
 			continue
 		}
 
-		c := &Conn{Conn: ws, Gen: s.gen.Add(1), live: live}
+		c := &Conn{Conn: ws, Gen: s.gen.Add(1), live: live, sock: live.conn.Load()}
 		s.log.Info("upstream connected", "gen", c.Gen)
 		start := time.Now()
 		err = s.session(ctx, c, live, serve)
@@ -276,7 +304,7 @@ func (s *Supervisor) session(ctx context.Context, c *Conn, live *liveness, serve
 	if s.cfg.PingInterval > 0 {
 		go func() {
 			defer close(pingDone)
-			pingErr = keepalive(pingCtx, c.Conn, live, s.cfg.PingInterval, s.cfg.PingTimeout, s.cfg.AnswerWait)
+			pingErr = keepalive(pingCtx, c.Conn, live, s.cfg.PingInterval, s.cfg.PingTimeout, s.cfg.AnswerWait, probeRequest(s.cfg.ProbeID))
 		}()
 	} else {
 		close(pingDone)

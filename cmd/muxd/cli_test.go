@@ -83,8 +83,8 @@ func TestHelp(t *testing.T) {
 func TestHelpListsEveryOption(t *testing.T) {
 	seen := map[string]int{}
 	for _, g := range optionGroups {
-		for _, k := range g.keys {
-			seen[k]++
+		for _, o := range g.options {
+			seen[o.key]++
 		}
 	}
 	typ := reflect.TypeOf(Config{})
@@ -93,7 +93,7 @@ func TestHelpListsEveryOption(t *testing.T) {
 		if seen[key] != 1 {
 			t.Errorf("option %s is in %d help groups, want 1", key, seen[key])
 		}
-		if optionHelp[key] == "" {
+		if lookupOption(key).help == "" {
 			t.Errorf("option %s has no help line", key)
 		}
 		delete(seen, key)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"reflect"
 	"strings"
@@ -41,4 +42,32 @@ func TestConfigurationReferenceListsEveryOption(t *testing.T) {
 			t.Errorf("docs/configuration.md: a row for %s, which is no option", key)
 		}
 	}
+}
+
+// update, given to go test (`go generate ./cmd/muxd` does), writes the
+// option reference into docs/configuration.md instead of comparing.
+var update = flag.Bool("update", false, "write docs/configuration.md's option reference from the option table")
+
+// TestConfigurationReferenceIsCurrent: the option reference committed in
+// docs/configuration.md is the one the option table (options.go) makes.
+func TestConfigurationReferenceIsCurrent(t *testing.T) {
+	const path = "../../docs/configuration.md"
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, ok := spliceReference(string(raw), optionReference())
+	if !ok {
+		t.Fatalf("%s: no %q ... %q markers around the option reference", path, referenceBegin, referenceEnd)
+	}
+	if want == string(raw) {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s: the option reference is not the one cmd/muxd/options.go makes; run `go generate ./cmd/muxd` and commit the file", path)
 }

@@ -187,7 +187,8 @@ func writeSources(w io.Writer, cfg *Config, from optionSources) {
 		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
 	}
 	for _, g := range optionGroups {
-		for _, key := range g.keys {
+		for _, o := range g.options {
+			key := o.key
 			shown := shownOption(fields[key])
 			if key == "reconnect_max" && from["reconnect_max"] == "" && cfg.ReconnectMax != defaults().ReconnectMax {
 				shown += " (follows reconnect_initial)"

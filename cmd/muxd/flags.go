@@ -47,7 +47,7 @@ func newFlagSet(name string) (*flag.FlagSet, *flagValues, *bool) {
 	t := reflect.TypeOf(Config{})
 	for i := 0; i < t.NumField(); i++ {
 		key := t.Field(i).Tag.Get("toml")
-		fs.Var(optionFlag{fv, key}, strings.ReplaceAll(key, "_", "-"), optionHelp[key])
+		fs.Var(optionFlag{fv, key}, strings.ReplaceAll(key, "_", "-"), lookupOption(key).help)
 	}
 	fs.Var(optionFlag{fv, "config"}, "config", "TOML config file")
 	showVersion := fs.Bool("version", false, "print the version")

@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// This file is a simulated chain that several fake nodes share (issue
-// #14's failover tests): every node serves the same blocks, but each has a
+// This file is a simulated chain that several fake nodes share (the
+// failover tests): every node serves the same blocks, but each has a
 // head of its own that the test moves (a node may lag behind the others,
 // stall, or be on another chain id), and pushes a new head to its
 // subscriptions only when the test advances it.
