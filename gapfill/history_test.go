@@ -178,7 +178,9 @@ func TestHistory(t *testing.T) {
 					t.Fatalf("gap %+v", g)
 				}
 			}
-			if c, ok := h.m.Covered(histKey); !ok || c < tt.head-1 {
+			// Its history delivered, the key follows the chain as any
+			// logs key (after a reorg, from below the replaced blocks).
+			if c, ok := h.m.Covered(histKey); !ok || c < 5 || (tt.chain[20].hash == main[20].hash && c < tt.head-1) {
 				t.Fatalf("covered %d %v, want at least %d", c, ok, tt.head-1)
 			}
 		})
