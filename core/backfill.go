@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -31,8 +32,15 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 		}
 		uid := c.internalRequest(e, router.KindBackfill, r.Method, r.Params, r.Key, now.Add(c.gapTimeout), now)
 		c.gapReqs[uid] = r.ID
+		if c.hist[r.Key] != nil {
+			c.obs.HistoryRequests(1)
+		}
 	}
 	for _, d := range g.Deliveries {
+		if mem := c.hist[d.Key]; mem != nil {
+			c.deliverHistory(e, mem, d, live)
+			continue
+		}
 		sh := c.subs.byKey[d.Key]
 		if sh == nil {
 			continue
@@ -52,10 +60,19 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 	if g.LogsBackfilled > 0 {
 		c.obs.Backfilled("logs", g.LogsBackfilled)
 	}
+	if g.HistoryHeads > 0 {
+		c.obs.HistoryDelivered("newHeads", g.HistoryHeads)
+	}
+	if g.HistoryLogs > 0 {
+		c.obs.HistoryDelivered("logs", g.HistoryLogs)
+	}
 	for _, gap := range g.Gaps {
 		if sh := c.subs.byKey[gap.Key]; sh != nil && c.cfg.GapNotices {
 			msg, at := gapNoticeFrame(gap)
 			c.fanout(e, sh, sharedPush{msg: msg, at: at})
+		} else if mem := c.hist[gap.Key]; mem != nil && c.cfg.GapNotices {
+			msg, at := gapNoticeFrame(gap)
+			c.deliverTo(e, mem, sharedPush{msg: msg, at: at})
 		}
 		c.obs.BackfillGap(gap.Kind, gap.Reason)
 		args := []any{"kind", gap.Kind, "reason", gap.Reason, "key", logKey(gap.Key)}
@@ -70,6 +87,9 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 	}
 	for _, d := range g.Durations {
 		c.obs.BackfillDuration(d)
+	}
+	if len(c.histBounded) > 0 {
+		c.historyBounds()
 	}
 }
 
@@ -131,11 +151,24 @@ func gapNoticeFrame(gap gapfill.Gap) ([]byte, router.Span) {
 // backfillAnswered hands the node's answer to a backfill request to the
 // machine.
 func (c *Core) backfillAnswered(e *Effects, frame []byte, m *router.Message, uid uint64, now time.Time) {
+	if c.historyAnswered(e, frame, m, uid, now) {
+		return
+	}
 	id, ok := c.gapReqs[uid]
 	if !ok {
 		return
 	}
 	delete(c.gapReqs, uid)
+	if m.Error.Present() {
+		// The machine halves an eth_getLogs range the node says is too
+		// large; anything else counts as failed.
+		var rpcErr struct {
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(m.Error.In(frame), &rpcErr)
+		c.applyGap(e, c.gap.AnswerError(id, rpcErr.Message, now), nil, now)
+		return
+	}
 	var result []byte
 	if m.Result.Present() && !m.Error.Present() {
 		result = m.Result.In(frame)

@@ -57,6 +57,9 @@ type Config struct {
 	RetryMethods  []string
 	// BackfillBlocks is package gapfill's Blocks; <= 0: off.
 	BackfillBlocks int
+	// HistoryBlocks bounds the history of a subscription with a fromBlock
+	// (history.go), in blocks; <= 0: such subscriptions are refused.
+	HistoryBlocks int
 	// GapNotices makes every gap the gap machine could not close reach
 	// the affected subscription's clients in band, as a
 	// muxd_subscriptionGap notification (backfill.go), not only the
@@ -126,6 +129,13 @@ type Core struct {
 	gap        *gapfill.Machine
 	gapReqs    map[uint64]uint64
 	gapTimeout time.Duration
+	// hist are the history subscriptions whose machine keys run, by
+	// that key; histBounded those of them with a toBlock; histChecks the
+	// history eth_subscribes waiting for the node, by upstream id
+	// (history.go).
+	hist        map[string]*member
+	histBounded map[*member]struct{}
+	histChecks  map[uint64]*histCheck
 
 	// coalesce is Config.CoalesceMethods as a set; coal the calls
 	// requests may join; cache the answers that cannot change; heads

@@ -180,6 +180,9 @@ type Observer interface {
 	Backfilled(kind string, n int)       // pushes delivered by a backfill, by subscription kind
 	BackfillGap(kind, reason string)     // a gap not closed
 	BackfillDuration(d time.Duration)    // one backfill job, from gap found to delivered
+	HistoryDelivered(kind string, n int) // history (fetched by muxd) delivered to fromBlock subscriptions, by kind
+	HistoryRequests(n int)               // requests muxd sent for fromBlock subscriptions
+	HistoryRefused(reason string)        // a fromBlock subscription refused, by reason
 	Coalesced(method string)             // a request that joined an identical call in flight
 	CacheHit(method string)              // a request answered from the cache
 	CacheMiss(method string)             // a cacheable request the cache did not hold
@@ -210,6 +213,9 @@ func (nopObserver) Pushed(int)                                   {}
 func (nopObserver) Backfilled(string, int)                       {}
 func (nopObserver) BackfillGap(string, string)                   {}
 func (nopObserver) BackfillDuration(time.Duration)               {}
+func (nopObserver) HistoryDelivered(string, int)                 {}
+func (nopObserver) HistoryRequests(int)                          {}
+func (nopObserver) HistoryRefused(string)                        {}
 func (nopObserver) Coalesced(string)                             {}
 func (nopObserver) CacheHit(string)                              {}
 func (nopObserver) CacheMiss(string)                             {}

@@ -70,13 +70,16 @@ func (r *recorder) RoundTrip(gen uint64, d time.Duration) {
 	r.counts["round trip "+strconv.FormatUint(gen, 10)]++
 	r.counts["round trip ms"] += int(d / time.Millisecond)
 }
-func (r *recorder) Limit(name string)             { r.counts["limit "+name]++ }
-func (r *recorder) Dropped(d DropReason)          { r.counts["dropped "+d.String()]++ }
-func (r *recorder) InFlight(delta int)            { r.inflight += delta }
-func (r *recorder) Retried(n int)                 { r.counts["retried"] += n }
-func (r *recorder) Subscriptions(up, cl int)      { r.upSubs, r.clientSubs = up, cl }
-func (r *recorder) Pushed(n int)                  { r.counts["pushed"] += n }
-func (r *recorder) Backfilled(kind string, n int) { r.counts["backfilled "+kind] += n }
+func (r *recorder) Limit(name string)                   { r.counts["limit "+name]++ }
+func (r *recorder) Dropped(d DropReason)                { r.counts["dropped "+d.String()]++ }
+func (r *recorder) InFlight(delta int)                  { r.inflight += delta }
+func (r *recorder) Retried(n int)                       { r.counts["retried"] += n }
+func (r *recorder) Subscriptions(up, cl int)            { r.upSubs, r.clientSubs = up, cl }
+func (r *recorder) Pushed(n int)                        { r.counts["pushed"] += n }
+func (r *recorder) Backfilled(kind string, n int)       { r.counts["backfilled "+kind] += n }
+func (r *recorder) HistoryDelivered(kind string, n int) { r.counts["history "+kind] += n }
+func (r *recorder) HistoryRequests(n int)               { r.counts["history requests"] += n }
+func (r *recorder) HistoryRefused(reason string)        { r.counts["history refused "+reason]++ }
 func (r *recorder) BackfillGap(kind, reason string) {
 	r.counts["gap "+kind+" "+reason]++
 }

@@ -25,6 +25,9 @@ func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message
 		return c.errorBytes(p.Method, p.ID, invalidParams)
 	}
 	params := m.Params.In(frame)
+	if stripped, rng, history, perr := router.SplitSubscribeRange(params); history {
+		return c.subscribeHistory(e, cl, stripped, rng, perr, p)
+	}
 	key, err := router.SubscriptionKey(params)
 	if err != nil {
 		return c.errorBytes(p.Method, p.ID, invalidParams)
@@ -41,8 +44,21 @@ func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message
 	if c.overHeld(cl, size) {
 		return c.errorBytes(p.Method, p.ID, errHeldBytes)
 	}
+	c.join(e, cl, key, params, size, p, nil, p.Sent)
+	return nil
+}
+
+// join makes cl's eth_subscribe p a member of key (params: its
+// eth_subscribe params, size the bytes it holds; init, when set, is run on
+// the new member first): answered at once when the key is live, else
+// waiting for the node's answer, the key subscribed upstream when it is
+// not being subscribed yet.
+func (c *Core) join(e *Effects, cl *client, key string, params []byte, size int, p router.Pending, init func(*member), now time.Time) *member {
 	subID := c.cfg.NewSubscriptionID()
 	mem := c.subs.attach(key, append([]byte(nil), params...), cl, subID)
+	if init != nil {
+		init(mem)
+	}
 	mem.keyBytes = size
 	c.hold(cl, size)
 	if cl.subs == nil {
@@ -52,20 +68,20 @@ func (c *Core) subscribe(e *Effects, cl *client, frame []byte, m *router.Message
 	c.subGauges()
 	switch mem.sh.state {
 	case keyLive:
-		c.answerSubscribe(e, cl, &p, mem, p.Sent)
-		return nil
+		c.answerSubscribe(e, cl, &p, mem, now)
+		return mem
 	case keySubscribing, keyResubscribing:
 		c.wait(cl, mem, p)
-		return nil
+		return mem
 	}
 	// idle or failed
 	c.wait(cl, mem, p)
 	if c.gen != 0 {
-		c.subscribeUpstream(e, mem.sh, p.Sent)
+		c.subscribeUpstream(e, mem.sh, now)
 	}
 	// With no upstream, the key is subscribed as soon as one is up
 	// (resubscribe); the client waits until then or its deadline.
-	return nil
+	return mem
 }
 
 // wait records a client eth_subscribe that waits for the node's answer. It
@@ -79,6 +95,8 @@ func (c *Core) wait(cl *client, mem *member, p router.Pending) {
 // subscribeUpstream sends eth_subscribe for sh on the current connection,
 // as muxd's own request.
 func (c *Core) subscribeUpstream(e *Effects, sh *shared, now time.Time) {
+	// A new logs key asks where it starts first (gapfill.Expect).
+	c.applyGap(e, c.gap.Expect(sh.key, now), nil, now)
 	c.subs.subscribing(sh, c.internalRequest(e, router.KindSubscribe, methodSubscribe, sh.params, sh.key, time.Time{}, now))
 }
 
@@ -124,6 +142,9 @@ var errSubscriptionIDInUse = router.ErrorUnavailable.Because("upstream gave the 
 // other one).
 func (c *Core) subscriptionIDInUse(e *Effects, key string, uid uint64, now time.Time) {
 	waiters := c.subs.failed(key, uid)
+	if c.subs.byKey[key] == nil {
+		c.gap.Forget(key)
+	}
 	e.noteLimited(LimitedSubscriptionIDInUse, "upstream gave a new subscription the id of another live one: refused", "key", logKey(key), "key_bytes", len(key), "waiters", len(waiters))
 	for _, mem := range waiters {
 		c.dropSub(mem.cl, mem)
@@ -161,11 +182,15 @@ func (c *Core) subscribeAnswered(e *Effects, frame []byte, m *router.Message, ui
 		}
 		c.subGauges()
 		c.applyGap(e, c.gap.Live(p.Key, now), nil, now)
+		c.historyLive(e, sh, now)
 		return
 	}
 	// An error (or a result that is no subscription id): each waiter gets
 	// the node's answer as it came, under its own id.
 	waiters := c.subs.failed(p.Key, uid)
+	if c.subs.byKey[p.Key] == nil {
+		c.gap.Forget(p.Key) // gone: what Expect started for it too
+	}
 	// A client chooses the params, and so this line and its length.
 	e.noteLimited(LimitedSubscriptionRefused, "upstream refused a subscription", "key", logKey(p.Key), "key_bytes", len(p.Key), "waiters", len(waiters))
 	elem := frame[m.Start:m.End]
@@ -247,6 +272,9 @@ func (c *Core) detach(e *Effects, cl *client, subID string, now time.Time) {
 		c.dropSub(cl, mem)
 	}
 	mem, last, unsub := c.subs.detach(subID)
+	if mem != nil {
+		c.endHistory(mem)
+	}
 	if mem != nil && last {
 		c.gap.Forget(mem.sh.key)
 	}
@@ -293,9 +321,12 @@ func (c *Core) push(e *Effects, frame []byte, m *router.Message, now time.Time) 
 		// newPendingTransactions and the like, the busiest pushes: no
 		// gap rules, straight to the members.
 		c.fanout(e, sh, live)
-		return
+	} else {
+		c.applyGap(e, c.gap.Push(sh.key, m.Params.In(frame), now), &live, now)
 	}
-	c.applyGap(e, c.gap.Push(sh.key, m.Params.In(frame), now), &live, now)
+	if len(c.hist) > 0 {
+		c.pushHistory(e, sh, m.Params.In(frame), &live, now)
+	}
 }
 
 // sharedPush is a push as it goes to every member of a key: msg with the
@@ -313,6 +344,9 @@ type sharedPush struct {
 func (c *Core) fanout(e *Effects, sh *shared, p sharedPush) {
 	n := 0
 	for _, mem := range sh.members {
+		if mem.hist != nil {
+			continue // its own key's deliveries reach it (history.go)
+		}
 		if !mem.ready {
 			// Held pushes count against the client's queue bound like
 			// queued ones: a batch kept open long cannot pile them

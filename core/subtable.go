@@ -75,6 +75,9 @@ type member struct {
 	// req is the client's eth_subscribe while it waits for the node's
 	// answer; nil otherwise.
 	req *router.Pending
+	// hist is set for a history subscription (history.go): it gets its
+	// own key's deliveries, not the key's fanout.
+	hist *histSub
 }
 
 // subTable is the second routing table: client subscription id <-> key <->

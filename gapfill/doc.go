@@ -130,6 +130,21 @@
 //     (below the floor). A log of a block such a gap named that cannot go
 //     out in order is part of it; a removal the node pushes of a
 //     forgotten block's log is passed on.
+//   - A new logs key asks for the node's head when its eth_subscribe is
+//     sent (Expect), not once it is live: its start is known even when
+//     the connection is lost right after the node answered the
+//     subscription (asked again on the next connection if that one was
+//     lost before the answer).
+//   - History subscriptions (history.go, tests in history_test.go): a
+//     logs key started by History is owed every log from a block on: it
+//     starts as a key live again after an outage that began the block
+//     before, so its first job fetches [from, head] (or [from, to]) with
+//     the rules above, in chunks of Config.HistoryChunk, halving a range
+//     the node says is too large (AnswerError), with no Blocks floor
+//     until the history is delivered. A newHeads key started by
+//     HistoryHeads reads its start block's hash first (holding pushes),
+//     then backfills the heads above it with no floor; it does not
+//     follow the node's head for the logs keys.
 //   - Other kinds (newPendingTransactions, node-specific ones) cannot be
 //     backfilled: becoming live again counts a gap (not_backfillable).
 //   - A push that does not parse as a head or a log is delivered as it

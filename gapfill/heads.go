@@ -21,6 +21,7 @@ func (m *Machine) onHead(k *keyState, h header, live bool, now time.Time) {
 	if h.num > uint64(m.cfg.Blocks) {
 		j.floor = h.num - uint64(m.cfg.Blocks)
 	}
+	j.floor = m.historyHeadsFloor(k, h.num, j.floor)
 	j.cur, j.expect = h.num-1, h.parent
 	j.byHash = map[string]header{}
 	j.numWait = map[uint64]bool{}
@@ -294,7 +295,7 @@ func (m *Machine) advance(k *keyState) {
 		}
 		m.recordHead(k, next)
 		m.deliver(k, false, next.raw)
-		m.eff.HeadsBackfilled++
+		m.countHeads(k, 1)
 	}
 }
 
@@ -306,7 +307,7 @@ func (m *Machine) deliverChain(k *keyState, now time.Time) {
 		m.recordHead(k, j.chain[i])
 		m.deliver(k, false, j.chain[i].raw)
 	}
-	m.eff.HeadsBackfilled += len(j.chain)
+	m.countHeads(k, len(j.chain))
 	m.recordHead(k, j.target)
 	m.deliver(k, false, j.target.raw)
 	m.endJob(k, now)

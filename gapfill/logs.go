@@ -565,7 +565,7 @@ func (m *Machine) deepReorg(k *keyState, j *job, replacedFrom uint64, forkKnown 
 	if lo, hi, ok := k.stale(replacedFrom); ok {
 		gapFrom, gapTo, deep = lo, hi, true
 	}
-	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
+	if floor := m.floor(k, j.head); from < floor {
 		gapFrom, gapTo, deep = min(gapFrom, from), max(gapTo, floor-1), true
 	}
 	if !forkKnown {
@@ -948,7 +948,7 @@ func (m *Machine) removeBlock(k *keyState, n uint64) {
 	logs := slices.SortedFunc(slices.Values(b.logs), func(x, y logEntry) int { return cmp.Compare(x.index, y.index) })
 	for _, l := range logs {
 		m.deliver(k, false, asRemoved(l.raw))
-		m.eff.LogsBackfilled++
+		m.countLog(k)
 	}
 	delete(k.blocks, n)
 }
@@ -985,7 +985,7 @@ const ByHashBlocks = 4
 func (m *Machine) fetchRange(k *keyState, from uint64, count bool, now time.Time) {
 	j := k.job
 	j.fetching = true
-	if floor := j.head - min(j.head, uint64(m.cfg.Blocks)); from < floor {
+	if floor := m.floor(k, j.head); from < floor {
 		if count {
 			m.gapBlocks(k, "too_long", from, floor-1)
 		}
@@ -1011,8 +1011,9 @@ func (m *Machine) fetchRange(k *keyState, from uint64, count bool, now time.Time
 			j.queue = append(j.queue, blockByNumber(n, purposeLogsBlock))
 		}
 	} else {
-		for a := from; a <= j.head; a += m.cfg.LogsChunk {
-			b := min(a+m.cfg.LogsChunk-1, j.head)
+		chunk := m.chunk(k)
+		for a := from; a <= j.head; a += chunk {
+			b := min(a+chunk-1, j.head)
 			j.chunks++
 			j.queue = append(j.queue, &request{method: "eth_getLogs", params: getLogsParams(k.filter, a, b),
 				purpose: purposeGetLogs, num: a, to: b})
@@ -1283,7 +1284,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		m.remember(k, l)
 		m.deliver(k, false, l.raw)
 		top, haveTop = logPos{l.block, l.index}, true
-		m.eff.LogsBackfilled++
+		m.countLog(k)
 	}
 	if j.missing {
 		m.gap(k, "failed")

@@ -27,6 +27,10 @@ type Config struct {
 	MaxInFlight int
 	// LogsChunk is the most blocks one eth_getLogs covers.
 	LogsChunk uint64
+	// HistoryChunk is the most blocks one eth_getLogs of a history
+	// subscription covers (history.go); a range the node refuses as too
+	// large is asked again in halves.
+	HistoryChunk uint64
 	// MaxHeld bounds the live pushes a job holds for its key.
 	MaxHeld int
 	// HeadWait is how long a newHeads key that is live again waits for
@@ -46,6 +50,7 @@ const (
 	DefaultJobTimeout     = 60 * time.Second
 	DefaultMaxInFlight    = 8
 	DefaultLogsChunk      = 32
+	DefaultHistoryChunk   = 1000
 	DefaultMaxHeld        = 10000
 	DefaultHeadWait       = time.Second
 )
@@ -74,6 +79,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LogsChunk == 0 {
 		c.LogsChunk = DefaultLogsChunk
+	}
+	if c.HistoryChunk == 0 {
+		c.HistoryChunk = DefaultHistoryChunk
 	}
 	if c.MaxHeld <= 0 {
 		c.MaxHeld = DefaultMaxHeld
@@ -123,8 +131,13 @@ type Effects struct {
 	Deliveries      []Delivery
 	HeadsBackfilled int
 	LogsBackfilled  int // including logs delivered again with removed:true
-	Gaps            []Gap
-	Durations       []time.Duration // of backfill jobs that ended
+	// HistoryLogs and HistoryHeads are what history subscriptions
+	// (history.go) were delivered that the machine fetched, counted here
+	// instead of in LogsBackfilled and HeadsBackfilled.
+	HistoryLogs  int
+	HistoryHeads int
+	Gaps         []Gap
+	Durations    []time.Duration // of backfill jobs that ended
 }
 
 // Kinds of subscription the machine tells apart.
@@ -247,6 +260,20 @@ type keyState struct {
 	// (Live since the last Disconnected).
 	live bool
 
+	// history: a history subscription's logs key (history.go), owed
+	// every log from block histFrom on.
+	history  bool
+	histFrom uint64
+	// histEnd: newHeads: the block its history ends at (its toBlock, at
+	// or below the node's head when asked; 0: the head).
+	histEnd uint64
+	// expected: a logs key whose eth_subscribe was sent and not answered
+	// yet (Expect): its start is being asked for.
+	expected bool
+	// histTo: newHeads: the head its first backfill delivered up to (0:
+	// not known yet); below it, no backfill_blocks floor applies.
+	histTo uint64
+
 	job  *job
 	held [][]byte // pushes (params.result, copied) held while job runs
 }
@@ -272,9 +299,10 @@ const (
 	purposeHeadNumber   = "logs_head" // the head block: its number, hash and parent
 	purposeCheckBlock   = "logs_check_block"
 	purposeGetLogs      = "logs_range"
-	purposeLogsBlock    = "logs_block"   // a block's hash, for purposeLogsByHash
-	purposeLogsByHash   = "logs_by_hash" // eth_getLogs {blockHash}
-	purposeLogsHeader   = "logs_header"  // a block fetched by hash: its header, to check the chain (forkMoved)
+	purposeLogsBlock    = "logs_block"     // a block's hash, for purposeLogsByHash
+	purposeLogsByHash   = "logs_by_hash"   // eth_getLogs {blockHash}
+	purposeLogsHeader   = "logs_header"    // a block fetched by hash: its header, to check the chain (forkMoved)
+	purposeHistAnchor   = "history_anchor" // the block a newHeads history starts after (history.go)
 )
 
 // request is one request of the machine's, sent or waiting to be.
@@ -367,6 +395,9 @@ type job struct {
 	// noFork: a wait whose end (no head in time) runs what it held
 	// through the rules for held pushes, not a backfill (onLog).
 	noFork bool
+	// anchor: a newHeads history key's first job, which reads the hash
+	// of the block its history starts after (history.go).
+	anchor bool
 	// forLog: the job was started to place a log pushed live (findForkFor):
 	// what it held is then run through the rules for held pushes only,
 	// and cannot start another such job.
@@ -455,6 +486,16 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 		}
 		return m.take()
 	}
+	if k.expected {
+		// Its first Live: where it starts was asked for with its
+		// eth_subscribe (Expect), and again if that connection was lost
+		// before the answer.
+		k.expected, k.live = false, true
+		if !k.haveCovered && !m.asking(k, purposeBaseline) {
+			m.askBaseline(k, now)
+		}
+		return m.take()
+	}
 	k.live = true
 	switch {
 	case k.kind == kindOther:
@@ -469,6 +510,8 @@ func (m *Machine) Live(key string, now time.Time) Effects {
 			break
 		}
 		m.findFork(k, m.startJob(k, now), now)
+	case k.kind == kindHeads && k.job == nil && k.history && !k.haveLast:
+		m.startAnchor(k, now) // its history's start was not read yet
 	case k.kind == kindHeads && k.job == nil && k.haveLast:
 		// The next push starts the job that fills the gap; if none comes
 		// within HeadWait, the node is asked for its head (Tick), so the
@@ -588,8 +631,8 @@ func (m *Machine) Push(key string, params []byte, now time.Time) Effects {
 	default:
 		m.deliver(k, true, nil)
 	}
-	if isHead {
-		m.noteHead(h, now) // after this key's own effects
+	if isHead && !k.history {
+		m.noteHead(h, now) // after this key's own effects (a history key's pushes are another key's)
 	}
 	return m.take()
 }
@@ -855,6 +898,8 @@ func (m *Machine) answered(k *keyState, r *request, result []byte, now time.Time
 		m.searchAnswered(k, r, result, now)
 	case purposeHeadNumber, purposeCheckBlock, purposeGetLogs, purposeLogsBlock, purposeLogsByHash, purposeLogsHeader:
 		m.logsAnswered(k, r, result, now)
+	case purposeHistAnchor:
+		m.anchorAnswered(k, r, result, now)
 	}
 }
 
@@ -955,6 +1000,10 @@ func (m *Machine) giveUp(k *keyState, reason string, now time.Time) {
 		return
 	}
 	m.gap(k, reason)
+	if j.anchor {
+		m.anchorFailed(k, now)
+		return
+	}
 	switch k.kind {
 	case kindHeads:
 		m.deliverChain(k, now)

@@ -29,6 +29,7 @@ const (
 	DefaultUpstreamMaxBatch        = 1000
 	DefaultUpstreamWait            = 10 * time.Second
 	DefaultBackfillBlocks          = 128
+	DefaultHistoryBlocks           = 10000
 	DefaultCacheBytes              = 64 << 20
 	DefaultMaxHeadLag              = 2
 	DefaultHeadTimeout             = 60 * time.Second
@@ -200,6 +201,12 @@ type Config struct {
 	// DefaultBackfillBlocks; negative turns backfill off.
 	BackfillBlocks int
 
+	// HistoryBlocks is history_blocks: the most blocks of history a
+	// subscription with a fromBlock is served (its range up to the node's
+	// head, or its toBlock); a longer one is refused. 0 means
+	// DefaultHistoryBlocks; negative refuses every fromBlock subscription.
+	HistoryBlocks int
+
 	// SubscriptionGapNotices sends a subscription's clients a
 	// muxd_subscriptionGap notification for every gap in it muxd could not
 	// close (subscription_gap_notices; off: the wire is the node's).
@@ -325,6 +332,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BackfillBlocks == 0 {
 		c.BackfillBlocks = DefaultBackfillBlocks
+	}
+	if c.HistoryBlocks == 0 {
+		c.HistoryBlocks = DefaultHistoryBlocks
 	}
 	if c.CoalesceMethods == nil {
 		c.CoalesceMethods = DefaultCoalesceMethods

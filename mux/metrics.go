@@ -56,6 +56,9 @@ type Metrics struct {
 	BackfilledLogs     prometheus.Counter     // muxd_backfilled_total{kind="logs"}
 	BackfillGaps       *prometheus.CounterVec // muxd_backfill_gaps_total{kind,reason}
 	BackfillDuration   prometheus.Histogram   // muxd_backfill_duration_seconds
+	HistoryDelivered   *prometheus.CounterVec // muxd_history_delivered_total{kind}
+	HistoryRequests    prometheus.Counter     // muxd_history_requests_total
+	HistoryRefused     *prometheus.CounterVec // muxd_history_refused_total{reason}
 	Coalesced          *prometheus.CounterVec // muxd_coalesced_total{method}
 	CacheHits          *prometheus.CounterVec // muxd_cache_hits_total{method}
 	CacheMisses        *prometheus.CounterVec // muxd_cache_misses_total{method}
@@ -154,6 +157,15 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "muxd_backfill_duration_seconds", Help: "Time from a gap being found to its backfill being delivered.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})
+	m.HistoryDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "muxd_history_delivered_total", Help: "Logs and heads of history that muxd fetched and delivered to subscriptions with a fromBlock (logs sent again removed:true included), by kind.",
+	}, []string{"kind"})
+	m.HistoryRequests = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "muxd_history_requests_total", Help: "Requests muxd sent upstream for subscriptions with a fromBlock: the checks before the answer, and the history's own.",
+	})
+	m.HistoryRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "muxd_history_refused_total", Help: "Subscriptions with a fromBlock refused, by reason: too_long (past history_blocks), above_head, malformed, node_error, no_upstream.",
+	}, []string{"reason"})
 	m.Coalesced = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "muxd_coalesced_total", Help: "Requests that joined an identical call in flight on the upstream instead of being sent, by method.",
 	}, []string{"method"})
@@ -190,6 +202,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			m.UpstreamConnected, m.UpstreamReconnects, m.Failovers, m.ChainMismatches, m.Retried, m.MemoryReclaims, m.UpstreamSubs, m.ClientSubs,
 			m.Pushes, m.SlowConsumers, m.QueuedPastBound, m.PingTimeouts, m.Dropped, m.LimitHits, m.UpstreamFramesOut, m.UpstreamFramesIn,
 			m.ListenConnections, m.backfilled, m.BackfillGaps, m.BackfillDuration,
+			m.HistoryDelivered, m.HistoryRequests, m.HistoryRefused,
 			m.Coalesced, m.CacheHits, m.CacheMisses, m.CacheEvictions, m.CacheBytes, m.OrphanedCalls)
 	}
 	return m
@@ -271,6 +284,11 @@ func (o observer) CacheMiss(method string)          { o.m.CacheMisses.WithLabelV
 func (o observer) CacheEvicted(method string)       { o.m.CacheEvictions.WithLabelValues(method).Inc() }
 func (o observer) CacheBytes(n int)                 { o.m.CacheBytes.Set(float64(n)) }
 func (o observer) Orphaned(n int)                   { o.m.OrphanedCalls.Set(float64(n)) }
+func (o observer) HistoryDelivered(kind string, n int) {
+	o.m.HistoryDelivered.WithLabelValues(kind).Add(float64(n))
+}
+func (o observer) HistoryRequests(n int)        { o.m.HistoryRequests.Add(float64(n)) }
+func (o observer) HistoryRefused(reason string) { o.m.HistoryRefused.WithLabelValues(reason).Inc() }
 func (o observer) BackfillGap(kind, reason string) {
 	o.m.BackfillGaps.WithLabelValues(kind, reason).Inc()
 }

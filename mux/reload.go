@@ -159,6 +159,7 @@ func restartOnly(a, b Config) []string {
 		{"HTTPIdleTimeout", a.HTTPIdleTimeout == b.HTTPIdleTimeout},
 		{"MaxConnections", a.MaxConnections == b.MaxConnections},
 		{"BackfillBlocks", a.BackfillBlocks == b.BackfillBlocks},
+		{"HistoryBlocks", a.HistoryBlocks == b.HistoryBlocks},
 	} {
 		if !f.same {
 			names = append(names, f.name)

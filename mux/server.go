@@ -212,6 +212,7 @@ func (s *Server) coreConfig(cfg Config) core.Config {
 		DenyMethods:        cfg.DenyMethods,
 		RetryMethods:       cfg.RetryMethods,
 		BackfillBlocks:     backfill,
+		HistoryBlocks:      max(cfg.HistoryBlocks, 0),
 		GapNotices:         cfg.SubscriptionGapNotices,
 		CoalesceMethods:    cfg.CoalesceMethods,
 		CacheBytes:         max(cfg.CacheBytes, 0),

@@ -92,6 +92,7 @@ type Config struct {
 	SlowConsumerTimeout     Duration          `toml:"slow_consumer_timeout"`
 	HTTPBodyBytes           int64             `toml:"http_body_bytes"`
 	BackfillBlocks          int               `toml:"backfill_blocks"`
+	HistoryBlocks           int               `toml:"history_blocks"`
 	SubscriptionGapNotices  bool              `toml:"subscription_gap_notices"`
 	Coalesce                bool              `toml:"coalesce"`
 	CoalesceMethods         []string          `toml:"coalesce_methods"`
@@ -150,6 +151,7 @@ func defaults() Config {
 		SlowConsumerTimeout:     Duration{mux.DefaultSlowConsumerTimeout},
 		HTTPBodyBytes:           mux.DefaultMaxHTTPBodyBytes,
 		BackfillBlocks:          mux.DefaultBackfillBlocks,
+		HistoryBlocks:           mux.DefaultHistoryBlocks,
 		Coalesce:                true,
 		CoalesceMethods:         slices.Clone(mux.DefaultCoalesceMethods),
 		CacheBytes:              mux.DefaultCacheBytes,
@@ -306,6 +308,9 @@ func (c *Config) problems(upstreamFrom string) *multierror.Error {
 	}
 	if c.BackfillBlocks < 0 {
 		add("backfill_blocks: must not be negative (0 turns backfill off), got %d", c.BackfillBlocks)
+	}
+	if c.HistoryBlocks < 0 {
+		add("history_blocks: must not be negative (0 refuses every fromBlock subscription), got %d", c.HistoryBlocks)
 	}
 	if c.CacheBytes < 0 {
 		add("cache_bytes: must not be negative (0 turns the cache off), got %d", c.CacheBytes)

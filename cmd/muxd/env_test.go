@@ -78,6 +78,7 @@ var envSamples = map[string]struct {
 	"slow_consumer_timeout":      {"4s", nil},
 	"http_body_bytes":            {"2000", nil},
 	"backfill_blocks":            {"0", nil},
+	"history_blocks":             {"5000", nil},
 	"subscription_gap_notices":   {"true", nil},
 	"coalesce":                   {"false", nil},
 	"coalesce_methods":           {"eth_call", nil},

@@ -26,7 +26,7 @@ var restartOnlyOptions = map[string]bool{
 	"http_body_bytes": true, "max_connections": true,
 	"max_message_bytes": true, "outbound_queue_bytes": true, "outbound_queue_bytes_total": true,
 	"slow_consumer_timeout": true, "client_ping_interval": true,
-	"upstream_read_limit": true, "backfill_blocks": true, "max_upstream_in_flight": true,
+	"upstream_read_limit": true, "backfill_blocks": true, "max_upstream_in_flight": true, "history_blocks": true,
 }
 
 // keepRestartOnly sets every restart-only option of next to its value in

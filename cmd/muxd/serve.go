@@ -267,6 +267,7 @@ func muxConfig(cfg *Config, log *slog.Logger, reg prometheus.Registerer) mux.Con
 		HTTPIdleTimeout:         cfg.HTTPIdleTimeout.Duration,
 		MaxConnections:          cfg.MaxConnections,
 		BackfillBlocks:          cmp.Or(cfg.BackfillBlocks, -1), // 0 in the config turns it off
+		HistoryBlocks:           cmp.Or(cfg.HistoryBlocks, -1),  // 0 in the config refuses fromBlock
 		SubscriptionGapNotices:  cfg.SubscriptionGapNotices,
 		CoalesceMethods:         cfg.coalesceMethods(),
 		CacheBytes:              cmp.Or(cfg.CacheBytes, -1), // 0 in the config turns it off

@@ -45,7 +45,12 @@ type harness struct {
 // mod may adjust the muxd config.
 func newHarness(t *testing.T, mod func(*mux.Config)) *harness {
 	t.Helper()
-	node := gethnode.Start(t)
+	return newHarnessOn(t, gethnode.Start(t), mod)
+}
+
+// newHarnessOn is newHarness in front of node.
+func newHarnessOn(t *testing.T, node *gethnode.Node, mod func(*mux.Config)) *harness {
+	t.Helper()
 	h := &harness{node: node, log: &testnode.LockedBuffer{}}
 	cfg := mux.Config{
 		Upstream: node.WSURL,

@@ -164,6 +164,7 @@ type Node struct {
 	WSPort, HTTPPort, AuthRPCPort int
 
 	bin      string
+	opts     Options
 	identity string // --identity, so the probe knows it reached this geth
 	log      *logBuffer
 
@@ -184,8 +185,23 @@ type process struct {
 // that stops it. On failure it calls t.Fatal with the tail of geth's output.
 func Start(t testing.TB) *Node {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// Options change how StartWith starts geth.
+type Options struct {
+	// OnDemand starts geth with --dev.period 0: a block is sealed only
+	// when a transaction is pending, and the testing API
+	// (testing_commitBlockV1, which commits a block at once) is on HTTP
+	// and WS, so a test can build a long chain in seconds.
+	OnDemand bool
+}
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, opts Options) *Node {
+	t.Helper()
 	bin := Require(t)
-	n := &Node{bin: bin, log: &logBuffer{}, identity: newIdentity()}
+	n := &Node{bin: bin, log: &logBuffer{}, identity: newIdentity(), opts: opts}
 	// t.TempDir registers its removal now; cleanups run last-in first-out, so
 	// the stop registered below runs first and geth is gone before its
 	// datadir is removed.
@@ -274,9 +290,13 @@ func (n *Node) Running() bool {
 func (n *Node) Log() string { return n.log.tail(2 * logLimit) }
 
 func (n *Node) args() []string {
+	period, apis := "1", "eth,net,web3,txpool"
+	if n.opts.OnDemand {
+		period, apis = "0", apis+",testing"
+	}
 	return []string{
 		"--dev",
-		"--dev.period", "1",
+		"--dev.period", period,
 		"--datadir", n.DataDir,
 		"--ipcdisable",
 		"--nodiscover",
@@ -287,11 +307,11 @@ func (n *Node) args() []string {
 		"--http",
 		"--http.addr", "127.0.0.1",
 		"--http.port", strconv.Itoa(n.HTTPPort),
-		"--http.api", "eth,net,web3,txpool",
+		"--http.api", apis,
 		"--ws",
 		"--ws.addr", "127.0.0.1",
 		"--ws.port", strconv.Itoa(n.WSPort),
-		"--ws.api", "eth,net,web3,txpool",
+		"--ws.api", apis,
 		"--verbosity", "2",
 		"--identity", n.identity,
 	}

@@ -3,6 +3,7 @@ package testnode
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"slices"
@@ -25,6 +26,9 @@ type CutProxy struct {
 	wg      sync.WaitGroup
 	stopped bool
 	down    []*TailBuffer // what the target sent, connection by connection
+	// cutWhen, when set, is asked about every read from the target
+	// before it is forwarded: true cuts the path instead (CutWhen).
+	cutWhen func([]byte) bool
 }
 
 // NewCutProxy listens on a free loopback port and forwards to target
@@ -67,7 +71,7 @@ func (p *CutProxy) accept() {
 		p.wg.Add(2)
 		p.mu.Unlock()
 		go p.copy(up, up, c)
-		go p.copy(io.MultiWriter(c, tap), c, up)
+		go p.copy(cutWriter{p, io.MultiWriter(c, tap)}, c, up)
 	}
 }
 
@@ -92,6 +96,39 @@ func (p *CutProxy) Cut() {
 		c.Close()
 	}
 	p.mu.Unlock()
+}
+
+// CutWhen makes the proxy cut the path (as Cut) the first time what the
+// target sends matches f, instead of forwarding it: f sees each read from
+// the target, as it came off the socket (WebSocket frames from a server
+// are not masked, so a JSON text can be looked for in it).
+func (p *CutProxy) CutWhen(f func([]byte) bool) {
+	p.mu.Lock()
+	p.cutWhen = f
+	p.mu.Unlock()
+}
+
+// cutWriter forwards what the target sends, unless the proxy's cutWhen
+// matches it: then the path is cut.
+type cutWriter struct {
+	p *CutProxy
+	w io.Writer
+}
+
+var errCutWhen = errors.New("testnode: path cut on a match")
+
+func (cw cutWriter) Write(b []byte) (int, error) {
+	cw.p.mu.Lock()
+	f := cw.p.cutWhen
+	cw.p.mu.Unlock()
+	if f != nil && f(b) {
+		cw.p.mu.Lock()
+		cw.p.cutWhen = nil
+		cw.p.mu.Unlock()
+		cw.p.Cut()
+		return 0, errCutWhen
+	}
+	return cw.w.Write(b)
 }
 
 // Restore ends a cut: new connections are proxied again.
