@@ -493,3 +493,36 @@ type stepGot struct {
 	keys    []string
 	counts  map[string]int
 }
+
+// TestScriptFileErrors: a testdata file the walker cannot read exactly is
+// refused with its line, never played as something else.
+func TestScriptFileErrors(t *testing.T) {
+	for _, tt := range []struct{ name, text string }{
+		{"a step before any script", "join\n"},
+		{"an expectation before any step", "script s\n  idle\n"},
+		{"a count that is no number", "script s\njoin\n  count retried = x\n"},
+		{"a count without its value", "script s\njoin\n  count retried\n"},
+		{"a time that is no duration", "script s\n@soon tick\n"},
+		{"a zero time", "script s\n@0s tick\n"},
+		{"a run without its length", "script s\nc1 ${a*}\n"},
+		{"a run not closed", "script s\nc1 ${a*10\n"},
+		{"an unclosed backquote", "script s\nc1 ` [ ]\n"},
+		{"config after a step", "script s\njoin\nconfig MaxBatch=1\n"},
+		{"a comment among expectations", "script s\njoin\n  idle\n# why\n  idle\n"},
+	} {
+		if _, err := parseScriptFile([]byte(tt.text)); err == nil {
+			t.Errorf("%s: read without an error", tt.name)
+		}
+	}
+	for _, fields := range [][]string{{"NoSuchField=1"}, {"MaxBatch"}, {"MaxBatch=x"}, {"UpstreamWait=5"}, {"GapNotices=maybe"}, {`DenyMethods=["x"`}, {"Observer=nil"}} {
+		if _, err := configMod(fields); err == nil {
+			t.Errorf("config %q: accepted", fields)
+		}
+	}
+	// What format cannot write back as read is refused too.
+	for _, s := range []step{{do: "c1", in: "a\nb"}, {do: "c1", in: " `x` "}, {do: "tick", in: "x"}} {
+		if l, err := stepLine(s); err == nil {
+			t.Errorf("step %q %q written as %q", s.do, s.in, l)
+		}
+	}
+}
