@@ -2,6 +2,7 @@ package core
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -251,4 +252,10 @@ func TestBatchArenasReused(t *testing.T) {
 	if made != 1 {
 		t.Errorf("%d arenas made for 40 batches one after another, want 1", made)
 	}
+}
+
+// hdr is a newHeads header of block n whose hash and parent hash are 64
+// times the hex digits h and p.
+func hdr(n int, h, p string) string {
+	return fmt.Sprintf(`{"number":"0x%x","hash":"0x%s","parentHash":"0x%s"}`, n, strings.Repeat(h, 64), strings.Repeat(p, 64))
 }

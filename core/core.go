@@ -251,9 +251,6 @@ func (c *Core) Held(id router.ClientID) int {
 	return 0
 }
 
-// Connected reports whether an upstream connection is current.
-func (c *Core) Connected() bool { return c.gen != 0 }
-
 // deliver adds a message for cl, numbered in its sequence.
 func (e *Effects) deliver(cl *client, d Delivery) {
 	cl.seq++

@@ -15,7 +15,8 @@ import (
 // This file is the test harness of the core: a Core with a fixed config,
 // a fixed clock, deterministic subscription ids and a recording Observer,
 // driven by scripts of steps whose expected effects are written out as the
-// bytes each party gets.
+// bytes each party gets. The scripts themselves are text, in
+// testdata/*.txt, played by TestScripts (script_test.go).
 
 // Short durations for step times.
 const (
@@ -105,6 +106,11 @@ type harness struct {
 	subN int
 	seq  map[router.ClientID]uint64 // the last Seq seen per client
 	msgs []router.Message
+	// where, when set, names step i's place in a testdata file.
+	where func(i int) string
+	// got, when not nil, takes what each step did instead of comparing
+	// it (TestScripts -update).
+	got []stepGot
 }
 
 // newHarness returns a harness over testConfig changed by mod (nil: none).
@@ -296,17 +302,32 @@ func (h *harness) run(steps []step) {
 			h.now = t0.Add(s.at)
 		}
 		got := h.step(s)
+		at := fmt.Sprintf("step %d", i)
+		if h.where != nil {
+			at = h.where(i)
+		}
+		if h.got != nil {
+			g := stepGot{effects: got, counts: map[string]int{}}
+			if s.keys != nil {
+				g.keys = h.keyStates()
+			}
+			for name := range s.counts {
+				g.counts[name] = h.obs.counts[name]
+			}
+			h.got[i] = g
+			continue
+		}
 		if !slices.Equal(got, s.want) {
-			h.t.Errorf("step %d (%s %s):\n got: %s\nwant: %s", i, s.do, s.in, lines(got), lines(s.want))
+			h.t.Errorf("%s (%s %s):\n got: %s\nwant: %s", at, s.do, s.in, lines(got), lines(s.want))
 		}
 		if s.keys != nil {
 			if got := h.keyStates(); !slices.Equal(got, s.keys) {
-				h.t.Errorf("step %d (%s): keys %q, want %q", i, s.do, got, s.keys)
+				h.t.Errorf("%s (%s): keys %q, want %q", at, s.do, got, s.keys)
 			}
 		}
 		for name, n := range s.counts {
 			if h.obs.counts[name] != n {
-				h.t.Errorf("step %d (%s): count %q is %d, want %d", i, s.do, name, h.obs.counts[name], n)
+				h.t.Errorf("%s (%s): count %q is %d, want %d", at, s.do, name, h.obs.counts[name], n)
 			}
 		}
 	}
@@ -400,35 +421,6 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-// scriptRow is one named row of a table of scripts.
-type scriptRow struct {
-	name  string
-	cfg   func(*Config)
-	steps []step
-}
-
-// runScripts plays each row on a fresh harness, as a subtest, and checks
-// the harness's closing invariants.
-func runScripts(t *testing.T, rows []scriptRow) {
-	t.Helper()
-	for _, row := range rows {
-		t.Run(row.name, func(t *testing.T) {
-			h := newHarness(t, row.cfg)
-			h.run(row.steps)
-			h.checkGauges()
-			// Counting must not change what the core does: the same
-			// script without an Observer has the same effects.
-			h = newHarness(t, func(c *Config) {
-				if row.cfg != nil {
-					row.cfg(c)
-				}
-				c.Observer = nil
-			})
-			h.run(withoutCounts(row.steps))
-		})
-	}
-}
-
 // heldSum is the sum of the bytes held for each client.
 func heldSum(h *harness) (sum int) {
 	for _, cl := range h.c.clients {
@@ -488,4 +480,14 @@ func withoutCounts(steps []step) []step {
 		out[i].counts = nil
 	}
 	return out
+}
+
+// req is a request of client id (raw JSON) for method, with no params.
+func req(id, method string) string {
+	return `{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `"}`
+}
+
+// res is an answer with id (raw JSON) and result (raw JSON).
+func res(id, result string) string {
+	return `{"jsonrpc":"2.0","id":` + id + `,"result":` + result + `}`
 }

@@ -243,18 +243,6 @@ func (s *Server) runNodes(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Active returns the index of the active upstream (in Config.Upstreams,
-// of the configuration it came with: after a reload that changed them, the
-// old list's until the switch to the new one), -1 while none is.
-func (s *Server) Active() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.up == nil {
-		return -1
-	}
-	return s.up.node.index
-}
-
 // upstreamDoneLocked does, under s.mu, what the failover event whose
 // effects are e needs done there: on a switch, the new active connection
 // (one of the current list's, returned) becomes s.up; and the upstreams of

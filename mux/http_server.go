@@ -106,9 +106,3 @@ func (h *HTTPServer) Shutdown(ctx context.Context) error {
 func (h *HTTPServer) Close() error {
 	return h.hs.Close()
 }
-
-// OpenConnections is the number of connections open on the server's
-// listeners.
-func (h *HTTPServer) OpenConnections() int {
-	return h.conns.open()
-}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/muxd/muxd/core"
 )
@@ -219,11 +218,6 @@ func (m *Metrics) request(method string) {
 	c.Inc()
 }
 
-// DroppedCount returns how many messages were dropped for reason r.
-func (m *Metrics) DroppedCount(r DropReason) float64 {
-	return counterValue(m.dropped[r])
-}
-
 func (m *Metrics) response(code int) {
 	if code == 0 {
 		m.responseOK.Inc()
@@ -239,21 +233,6 @@ func (m *Metrics) response(code int) {
 }
 
 func (m *Metrics) limit(name string) { m.LimitHits.WithLabelValues(name).Inc() }
-
-// counterValue reads a counter or gauge, for tests and status output.
-func counterValue(c prometheus.Metric) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return 0
-	}
-	if m.Counter != nil {
-		return m.Counter.GetValue()
-	}
-	if m.Gauge != nil {
-		return m.Gauge.GetValue()
-	}
-	return 0
-}
 
 // observer counts what the routing core does (core.Observer) in the
 // Metrics. The core calls it with the server's lock held: every method is

@@ -66,9 +66,9 @@ type Server struct {
 	// closing one by one, and none is made active any more. Guarded by mu.
 	stopping bool
 	idle     chan struct{} // guarded by mu: closed when nothing is owed during shutdown
-	// upChanged is closed and replaced whenever up changes (for waiters);
-	// guarded by mu.
-	upChanged chan struct{}
+	// upChanged, when set, is called under mu whenever up changes: tests
+	// wait on it (export_test.go); nil otherwise.
+	upChanged func()
 
 	// queued is what clients' outbound queues hold past their own bound,
 	// all together (outbox); any goroutine.
@@ -104,7 +104,6 @@ func New(cfg Config) (*Server, error) {
 		log:         cfg.Logger,
 		metrics:     newMetrics(cfg.Registerer),
 		peers:       make(map[router.ClientID]*Client),
-		upChanged:   make(chan struct{}),
 		queued:      queueBudget{max: int64(cfg.OutboundQueueBytesTotal)},
 		supDone:     make(chan error),
 	}
@@ -167,20 +166,13 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// Connected reports whether the upstream is up, and returns a channel that
-// is closed at the next change.
-func (s *Server) Connected() (bool, <-chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.up != nil, s.upChanged
-}
-
 // setUp changes the current upstream connection. Caller holds s.mu.
 func (s *Server) setUp(u *upstreamConn) {
 	s.up = u
 	s.core.Dialing(s.dialReachedLocked())
-	close(s.upChanged)
-	s.upChanged = make(chan struct{})
+	if s.upChanged != nil {
+		s.upChanged()
+	}
 	if u != nil {
 		s.metrics.UpstreamConnected.Set(1)
 	} else {

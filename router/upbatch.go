@@ -48,15 +48,10 @@ type upElem struct {
 	p       Pending
 }
 
-// NewUpstreamBatch returns a batch that lays its elements out in one buffer
-// as they are added through Room, sized for a client frame of frameLen
-// bytes holding n messages whose ids take idLen bytes in all, so that the
-// array it sends is that buffer.
-func NewUpstreamBatch(frameLen, n, idLen int) *UpstreamBatch {
-	return newUpstreamBatch(nil, frameLen, n, idLen)
-}
-
-// newUpstreamBatch is NewUpstreamBatch with its arena from alloc.
+// newUpstreamBatch returns a batch that lays its elements out in one buffer
+// (from alloc; nil: make) as they are added through Room, sized for a
+// client frame of frameLen bytes holding n messages whose ids take idLen
+// bytes in all, so that the array it sends is that buffer.
 func newUpstreamBatch(alloc func(n int) []byte, frameLen, n, idLen int) *UpstreamBatch {
 	u := &UpstreamBatch{elems: make([]upElem, 0, n), calls: make([]int32, 0, n)}
 	u.layOut(alloc, frameLen, n, idLen)
@@ -111,7 +106,8 @@ const (
 	maxFreeBatchSize = 64  // elements a kept batch has room for
 )
 
-// New is NewUpstreamBatch, reusing a batch put back when one is free.
+// New returns a new batch (newUpstreamBatch with l.Alloc), reusing one put
+// back when one is free.
 func (l *UpstreamBatches) New(frameLen, n, idLen int) *UpstreamBatch {
 	k := len(l.free)
 	if k == 0 || n > maxFreeBatchSize {

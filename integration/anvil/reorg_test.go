@@ -70,7 +70,7 @@ func startMuxd(t *testing.T, upstream string, mod func(*mux.Config)) *muxd {
 		}
 	})
 	m.wsURL = "ws" + strings.TrimPrefix(front.URL, "http")
-	testnode.WaitConnectedWithin(t, srv, true, 30*time.Second)
+	waitConnected(t, srv, true, 30*time.Second)
 	return m
 }
 
@@ -431,7 +431,7 @@ func runReorgs(t *testing.T, rounds int, cut func(int) bool) {
 		if cutNow {
 			cuts++
 			px.Cut()
-			testnode.WaitConnectedWithin(t, md.srv, false, 30*time.Second)
+			waitConnected(t, md.srv, false, 30*time.Second)
 		}
 		// The new branch: up to two logs in each of its blocks, none in
 		// some (where the old branch may have had logs, or not).
@@ -454,7 +454,7 @@ func runReorgs(t *testing.T, rounds int, cut func(int) bool) {
 			after := lastHead(t, items) + 1
 			dHeads.await(t, fmt.Sprintf("block %d", after), 30*time.Second, func(it []json.RawMessage) bool { return lastHead(t, it) >= after })
 			px.Restore()
-			testnode.WaitConnectedWithin(t, md.srv, true, 30*time.Second)
+			waitConnected(t, md.srv, true, 30*time.Second)
 		}
 	}
 	stop()

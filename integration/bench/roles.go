@@ -542,13 +542,9 @@ func runMuxd(ctx context.Context, upstream string) error {
 	runDone := make(chan error, 1)
 	go func() { runDone <- srv.Run(ctx) }()
 	deadline := time.After(30 * time.Second)
-	for {
-		up, changed := srv.Connected()
-		if up {
-			break
-		}
+	for !upstreamActive(srv) {
 		select {
-		case <-changed:
+		case <-time.After(5 * time.Millisecond):
 		case <-deadline:
 			return errors.New("muxd: upstream not connected after 30s")
 		case err := <-runDone:
@@ -588,4 +584,15 @@ func raiseNofile(want uint64) uint64 {
 	}
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	return lim.Cur
+}
+
+// upstreamActive reports whether srv has an active upstream, as its status
+// shows.
+func upstreamActive(srv *mux.Server) bool {
+	for _, u := range srv.Status().Upstreams {
+		if u.Active {
+			return true
+		}
+	}
+	return false
 }

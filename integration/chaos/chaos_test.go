@@ -112,7 +112,7 @@ func TestChaos(t *testing.T) {
 	m := srv.Metrics()
 	drops := map[string]float64{}
 	for r := mux.DropUnknownID; r <= mux.DropNoUpstream; r++ {
-		drops[r.String()] = m.DroppedCount(r)
+		drops[r.String()] = value(m.Dropped.WithLabelValues(r.String()))
 	}
 	t.Logf("muxd: reconnects=%v retried=%v pushes=%v dropped=%v slow_consumers=%v", value(m.UpstreamReconnects), value(m.Retried), value(m.Pushes), drops, value(m.SlowConsumers))
 	t.Logf("upstream: conns=%d requests=%d arrays=%d notifications=%d subscribes=%d/%d unsubscribes=%d pushes=%d dup_answers=%d unknown_ids=%d null_ids=%d",

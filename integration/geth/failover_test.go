@@ -93,7 +93,7 @@ func TestFailoverLossless(t *testing.T) {
 		return len(heads.ch) > 0 && len(logs.ch) > 0
 	})
 	waitBlock(t, direct, blockNumber(t, direct)+2)
-	if a := h.srv.Active(); a != 0 {
+	if a := activeUpstream(h.srv); a != 0 {
 		t.Fatalf("before the cut: active upstream %d, want 0", a)
 	}
 	activeGauge(t, reg, "before the cut", 0)
@@ -109,7 +109,7 @@ func TestFailoverLossless(t *testing.T) {
 	t.Logf("cut A at %v: active %v, 1 after %v", cutAt.Round(time.Millisecond), seen, (cutSwitch - cutAt).Round(time.Millisecond))
 	activeGauge(t, reg, "during the cut", 1)
 	waitBlock(t, direct, blockNumber(t, direct)+cutBlocks)
-	if a := h.srv.Active(); a != 1 {
+	if a := activeUpstream(h.srv); a != 1 {
 		t.Errorf("at the end of the cut: active upstream %d, want 1", a)
 	}
 
@@ -204,8 +204,8 @@ func (s activeSeen) lastSeen(active int, otherwise time.Duration) time.Duration 
 	return otherwise
 }
 
-// waitActive polls srv.Active() until it is want (muxd offers no event for
-// it), failing the test (without stopping it) after within. It returns the
+// waitActive polls srv's active upstream until it is want (muxd offers no
+// event for it), failing the test (without stopping it) after within. It returns the
 // values it saw and when it last looked, both as times since base, and
 // whether it saw want.
 func waitActive(t *testing.T, srv *mux.Server, base time.Time, want int, within time.Duration) (activeSeen, time.Duration, bool) {
@@ -213,7 +213,7 @@ func waitActive(t *testing.T, srv *mux.Server, base time.Time, want int, within 
 	deadline := time.Now().Add(within)
 	var seen activeSeen
 	for {
-		a, at := srv.Active(), time.Since(base)
+		a, at := activeUpstream(srv), time.Since(base)
 		if n := len(seen); n > 0 && seen[n-1].active == a {
 			seen[n-1].last = at
 		} else {
@@ -223,8 +223,7 @@ func waitActive(t *testing.T, srv *mux.Server, base time.Time, want int, within 
 			return seen, at, true
 		}
 		if time.Now().After(deadline) {
-			up, _ := srv.Connected()
-			t.Errorf("active upstream not %d within %v: saw %v; connected %v", want, within, seen, up)
+			t.Errorf("active upstream not %d within %v: saw %v; status %+v", want, within, seen, srv.Status().Upstreams)
 			return seen, at, false
 		}
 		time.Sleep(2 * time.Millisecond)

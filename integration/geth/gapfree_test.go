@@ -49,8 +49,8 @@ func TestGapFreeAcrossCut(t *testing.T) {
 	time.AfterFunc(6*time.Second, proxy.Restore)
 	cutAt := time.Now()
 	// muxd loses the upstream at once, and reconnects once the path is back.
-	testnode.WaitConnectedWithin(t, h.srv, false, 10*time.Second)
-	testnode.WaitConnectedWithin(t, h.srv, true, 30*time.Second)
+	waitConnected(t, h.srv, false, 10*time.Second)
+	waitConnected(t, h.srv, true, 30*time.Second)
 	if counterValue(t, h.srv.Metrics().UpstreamReconnects) == before {
 		t.Fatal("connected again without a reconnect")
 	}

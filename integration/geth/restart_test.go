@@ -13,7 +13,6 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/ethclient"
 
-	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
 
@@ -260,9 +259,9 @@ func TestGethRestart(t *testing.T) {
 	h.node.Stop(t)
 	stopped := time.Now()
 	// While geth is down muxd has no upstream.
-	for up, ch := h.srv.Connected(); up; up, ch = h.srv.Connected() {
+	for activeUpstream(h.srv) >= 0 {
 		select {
-		case <-ch:
+		case <-time.After(time.Millisecond): // no event outside package mux
 		case <-ctx.Done():
 			t.Fatal("muxd still reports an upstream after geth stopped")
 		}
@@ -279,12 +278,10 @@ func TestGethRestart(t *testing.T) {
 		if timedOut {
 			break
 		}
-		up, ch := h.srv.Connected()
-		if up {
+		if activeUpstream(h.srv) >= 0 {
 			t.Fatal("muxd reports an upstream while geth is down")
 		}
 		select {
-		case <-ch:
 		case <-ctx.Done():
 			t.Fatal("no eth_chainId failed while geth was down")
 		case <-time.After(100 * time.Millisecond): // poll the loop's results
@@ -292,7 +289,7 @@ func TestGethRestart(t *testing.T) {
 	}
 	h.node.Restart(t)
 	restarted := time.Now()
-	testnode.WaitConnectedWithin(t, h.srv, true, 30*time.Second)
+	waitConnected(t, h.srv, true, 30*time.Second)
 	t.Logf("geth down for %v; muxd upstream back %v after restart",
 		restarted.Sub(stopped).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
 

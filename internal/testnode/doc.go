@@ -7,8 +7,9 @@
 // It is an ordinary package under internal/ so that test files of every
 // package (mux, cmd/muxd, integration/...) can import it; production code
 // must not. Every wait is bounded by [Timeout] and waits on an event (a
-// channel closed on change), except [Poll], which is for state that offers
-// no event.
+// channel closed on change), except [Poll] and [PollWithin], which are for
+// state that offers no event (a mux.Server's upstream seen from outside
+// package mux: its Status).
 //
 // Concurrency: a Node's state is guarded by its mutex; every exported
 // method is safe for concurrent use. Handlers run on the connection's

@@ -11,8 +11,11 @@ import (
 // instead of hanging it.
 const Timeout = 15 * time.Second
 
-// Connector is what WaitConnected watches: mux.Server's Connected, which
-// returns the upstream state and a channel closed when it next changes.
+// Connector is what WaitConnected watches: mux.Server's Connected (in
+// package mux's own tests, export_test.go), which returns the upstream
+// state and a channel closed when it next changes. From outside package
+// mux, where that state offers no event, poll mux.Server.Status instead
+// (PollWithin).
 type Connector interface {
 	Connected() (bool, <-chan struct{})
 }
@@ -80,7 +83,13 @@ func WaitGroup(t testing.TB, wg *sync.WaitGroup, what string) {
 // process); whatever has an event waits on it instead.
 func Poll(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(Timeout)
+	PollWithin(t, what, Timeout, cond)
+}
+
+// PollWithin is Poll with a deadline of d instead of Timeout.
+func PollWithin(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

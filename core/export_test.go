@@ -1,0 +1,4 @@
+package core
+
+// Connected reports whether an upstream connection is current.
+func (c *Core) Connected() bool { return c.gen != 0 }
