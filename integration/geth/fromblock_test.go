@@ -269,9 +269,9 @@ func TestSubscribeFromBlockCutDuringHistory(t *testing.T) {
 
 	c := dial(t, h.WSURL)
 	hist := subscribeGap(t, c, "fromBlock, cut", "logs", map[string]any{"address": []string{contract}, "fromBlock": fmt.Sprintf("0x%x", b)})
-	testnode.WaitConnectedWithin(t, h.srv, false, 10*time.Second)
+	waitConnected(t, h.srv, false, 10*time.Second)
 	proxy.Restore()
-	testnode.WaitConnectedWithin(t, h.srv, true, 30*time.Second)
+	waitConnected(t, h.srv, true, 30*time.Second)
 	if counterValue(t, h.srv.Metrics().UpstreamReconnects) == before {
 		t.Fatal("connected again without a reconnect")
 	}
@@ -343,11 +343,11 @@ func TestNewLogsSubscriptionCutBeforeFirstLog(t *testing.T) {
 	start := blockNumber(t, direct)
 	s := subscribeGap(t, c, "new logs subscription", "logs", filter)
 	proxy.Cut()
-	testnode.WaitConnectedWithin(t, h.srv, false, 10*time.Second)
+	waitConnected(t, h.srv, false, 10*time.Second)
 	stopSend := startLogSender(t, direct, from, contract)
 	waitBlock(t, direct, blockNumber(t, direct)+4)
 	proxy.Restore()
-	testnode.WaitConnectedWithin(t, h.srv, true, 30*time.Second)
+	waitConnected(t, h.srv, true, 30*time.Second)
 	waitBlock(t, direct, blockNumber(t, direct)+2)
 	stopSend()
 	end := blockNumber(t, direct) + 2
