@@ -25,14 +25,7 @@ func (o observer) FairQueued(wait time.Duration) { o.m.ops.fairWait.Observe(max(
 
 // fairGauges are the gauges of this file, read off the core when scraped.
 func (s *Server) fairGauges() []prometheus.Collector {
-	stat := func(f func(core.Stats) int) func() float64 {
-		return func() float64 {
-			s.mu.Lock()
-			st := s.core.Stats()
-			s.mu.Unlock()
-			return float64(f(st))
-		}
-	}
+	stat := s.coreStat
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "muxd_upstream_calls_in_flight", Help: "Client calls running at the node, counted against max_upstream_in_flight: calls sent and not yet answered or timed out, and calls of departed clients (0 with the bound off).",

@@ -355,16 +355,20 @@ func (s *Server) idleNowLocked() {
 	}
 }
 
+// coreStat is a gauge function reading one figure of the core's Stats,
+// taken under s.mu when scraped.
+func (s *Server) coreStat(f func(core.Stats) int) func() float64 {
+	return func() float64 {
+		s.mu.Lock()
+		st := s.core.Stats()
+		s.mu.Unlock()
+		return float64(f(st))
+	}
+}
+
 // tableGauges are the series read off the core's tables when scraped.
 func (s *Server) tableGauges() []prometheus.Collector {
-	stat := func(f func(core.Stats) int) func() float64 {
-		return func() float64 {
-			s.mu.Lock()
-			st := s.core.Stats()
-			s.mu.Unlock()
-			return float64(f(st))
-		}
-	}
+	stat := s.coreStat
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "muxd_requests_waiting", Help: "Requests waiting for an upstream connection (none is up, or they are retried on the next).",

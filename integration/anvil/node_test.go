@@ -25,7 +25,6 @@ import (
 
 	"github.com/ethereum/go-ethereum/rpc"
 	"github.com/muxd/muxd/internal/testnode"
-	"github.com/muxd/muxd/mux"
 )
 
 // PinnedVersion is the anvil version package.json pins.
@@ -204,24 +203,4 @@ func waitNextBlock(t *testing.T, c *rpc.Client) {
 	case <-ctx.Done():
 		t.Fatal("no block within 30 s")
 	}
-}
-
-// activeUpstream is the index of srv's active upstream, -1 while none is,
-// as its status shows: outside package mux the change offers no event.
-func activeUpstream(srv *mux.Server) int {
-	for i, u := range srv.Status().Upstreams {
-		if u.Active {
-			return i
-		}
-	}
-	return -1
-}
-
-// waitConnected polls srv's status until it has an active upstream (want
-// true) or none, failing the test after d.
-func waitConnected(t testing.TB, srv *mux.Server, want bool, d time.Duration) {
-	t.Helper()
-	testnode.PollWithin(t, fmt.Sprintf("upstream connected to become %v", want), d, func() bool {
-		return (activeUpstream(srv) >= 0) == want
-	})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/muxd/muxd/internal/muxtest"
 	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
@@ -70,7 +71,7 @@ func startMuxd(t *testing.T, upstream string, mod func(*mux.Config)) *muxd {
 		}
 	})
 	m.wsURL = "ws" + strings.TrimPrefix(front.URL, "http")
-	waitConnected(t, srv, true, 30*time.Second)
+	muxtest.WaitConnected(t, srv, true, 30*time.Second)
 	return m
 }
 
@@ -431,7 +432,7 @@ func runReorgs(t *testing.T, rounds int, cut func(int) bool) {
 		if cutNow {
 			cuts++
 			px.Cut()
-			waitConnected(t, md.srv, false, 30*time.Second)
+			muxtest.WaitConnected(t, md.srv, false, 30*time.Second)
 		}
 		// The new branch: up to two logs in each of its blocks, none in
 		// some (where the old branch may have had logs, or not).
@@ -454,7 +455,7 @@ func runReorgs(t *testing.T, rounds int, cut func(int) bool) {
 			after := lastHead(t, items) + 1
 			dHeads.await(t, fmt.Sprintf("block %d", after), 30*time.Second, func(it []json.RawMessage) bool { return lastHead(t, it) >= after })
 			px.Restore()
-			waitConnected(t, md.srv, true, 30*time.Second)
+			muxtest.WaitConnected(t, md.srv, true, 30*time.Second)
 		}
 	}
 	stop()

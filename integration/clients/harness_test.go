@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/muxd/muxd/integration/gethnode"
+	"github.com/muxd/muxd/internal/muxtest"
 	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
@@ -95,7 +96,7 @@ func newHarness(t *testing.T) *harness {
 		}
 	})
 
-	waitConnected(t, srv, true, 30*time.Second)
+	muxtest.WaitConnected(t, srv, true, 30*time.Second)
 	return h
 }
 
@@ -228,24 +229,4 @@ func runScript(t *testing.T, node, script string, args ...string) summary {
 	info, _ := json.Marshal(s.Info)
 	t.Logf("node %s: %d checks passed in %v; %s", script, s.Passed, took, info)
 	return s
-}
-
-// activeUpstream is the index of srv's active upstream, -1 while none is,
-// as its status shows: outside package mux the change offers no event.
-func activeUpstream(srv *mux.Server) int {
-	for i, u := range srv.Status().Upstreams {
-		if u.Active {
-			return i
-		}
-	}
-	return -1
-}
-
-// waitConnected polls srv's status until it has an active upstream (want
-// true) or none, failing the test after d.
-func waitConnected(t testing.TB, srv *mux.Server, want bool, d time.Duration) {
-	t.Helper()
-	testnode.PollWithin(t, fmt.Sprintf("upstream connected to become %v", want), d, func() bool {
-		return (activeUpstream(srv) >= 0) == want
-	})
 }

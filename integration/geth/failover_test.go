@@ -16,6 +16,7 @@ import (
 	"github.com/ethereum/go-ethereum/rpc"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/muxd/muxd/internal/muxtest"
 	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
@@ -93,7 +94,7 @@ func TestFailoverLossless(t *testing.T) {
 		return len(heads.ch) > 0 && len(logs.ch) > 0
 	})
 	waitBlock(t, direct, blockNumber(t, direct)+2)
-	if a := activeUpstream(h.srv); a != 0 {
+	if a := muxtest.ActiveUpstream(h.srv); a != 0 {
 		t.Fatalf("before the cut: active upstream %d, want 0", a)
 	}
 	activeGauge(t, reg, "before the cut", 0)
@@ -109,7 +110,7 @@ func TestFailoverLossless(t *testing.T) {
 	t.Logf("cut A at %v: active %v, 1 after %v", cutAt.Round(time.Millisecond), seen, (cutSwitch - cutAt).Round(time.Millisecond))
 	activeGauge(t, reg, "during the cut", 1)
 	waitBlock(t, direct, blockNumber(t, direct)+cutBlocks)
-	if a := activeUpstream(h.srv); a != 1 {
+	if a := muxtest.ActiveUpstream(h.srv); a != 1 {
 		t.Errorf("at the end of the cut: active upstream %d, want 1", a)
 	}
 
@@ -213,7 +214,7 @@ func waitActive(t *testing.T, srv *mux.Server, base time.Time, want int, within 
 	deadline := time.Now().Add(within)
 	var seen activeSeen
 	for {
-		a, at := activeUpstream(srv), time.Since(base)
+		a, at := muxtest.ActiveUpstream(srv), time.Since(base)
 		if n := len(seen); n > 0 && seen[n-1].active == a {
 			seen[n-1].last = at
 		} else {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/muxd/muxd/integration/gethnode"
+	"github.com/muxd/muxd/internal/muxtest"
 	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 	"github.com/prometheus/client_golang/prometheus"
@@ -269,9 +270,9 @@ func TestSubscribeFromBlockCutDuringHistory(t *testing.T) {
 
 	c := dial(t, h.WSURL)
 	hist := subscribeGap(t, c, "fromBlock, cut", "logs", map[string]any{"address": []string{contract}, "fromBlock": fmt.Sprintf("0x%x", b)})
-	waitConnected(t, h.srv, false, 10*time.Second)
+	muxtest.WaitConnected(t, h.srv, false, 10*time.Second)
 	proxy.Restore()
-	waitConnected(t, h.srv, true, 30*time.Second)
+	muxtest.WaitConnected(t, h.srv, true, 30*time.Second)
 	if counterValue(t, h.srv.Metrics().UpstreamReconnects) == before {
 		t.Fatal("connected again without a reconnect")
 	}
@@ -343,11 +344,11 @@ func TestNewLogsSubscriptionCutBeforeFirstLog(t *testing.T) {
 	start := blockNumber(t, direct)
 	s := subscribeGap(t, c, "new logs subscription", "logs", filter)
 	proxy.Cut()
-	waitConnected(t, h.srv, false, 10*time.Second)
+	muxtest.WaitConnected(t, h.srv, false, 10*time.Second)
 	stopSend := startLogSender(t, direct, from, contract)
 	waitBlock(t, direct, blockNumber(t, direct)+4)
 	proxy.Restore()
-	waitConnected(t, h.srv, true, 30*time.Second)
+	muxtest.WaitConnected(t, h.srv, true, 30*time.Second)
 	waitBlock(t, direct, blockNumber(t, direct)+2)
 	stopSend()
 	end := blockNumber(t, direct) + 2

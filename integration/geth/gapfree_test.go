@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muxd/muxd/internal/muxtest"
 	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
@@ -49,8 +50,8 @@ func TestGapFreeAcrossCut(t *testing.T) {
 	time.AfterFunc(6*time.Second, proxy.Restore)
 	cutAt := time.Now()
 	// muxd loses the upstream at once, and reconnects once the path is back.
-	waitConnected(t, h.srv, false, 10*time.Second)
-	waitConnected(t, h.srv, true, 30*time.Second)
+	muxtest.WaitConnected(t, h.srv, false, 10*time.Second)
+	muxtest.WaitConnected(t, h.srv, true, 30*time.Second)
 	if counterValue(t, h.srv.Metrics().UpstreamReconnects) == before {
 		t.Fatal("connected again without a reconnect")
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/ethereum/go-ethereum/rpc"
 
 	"github.com/muxd/muxd/integration/gethnode"
+	"github.com/muxd/muxd/internal/muxtest"
 	"github.com/muxd/muxd/internal/testnode"
 	"github.com/muxd/muxd/mux"
 )
@@ -90,7 +91,7 @@ func newHarnessOn(t *testing.T, node *gethnode.Node, mod func(*mux.Config)) *har
 	})
 	h.HTTPURL = h.front.URL
 	h.WSURL = "ws" + strings.TrimPrefix(h.front.URL, "http")
-	waitConnected(t, srv, true, 30*time.Second)
+	muxtest.WaitConnected(t, srv, true, 30*time.Second)
 	return h
 }
 
@@ -448,24 +449,4 @@ func checkLogs(t *testing.T, c *rpc.Client, s *gapSub, filter map[string]any, st
 		t.Errorf("%s: %d of %d logs of eth_getLogs never delivered", s.name, missing, len(want))
 	}
 	t.Logf("%s: %d logs, as eth_getLogs", s.name, len(want))
-}
-
-// activeUpstream is the index of srv's active upstream, -1 while none is,
-// as its status shows: outside package mux the change offers no event.
-func activeUpstream(srv *mux.Server) int {
-	for i, u := range srv.Status().Upstreams {
-		if u.Active {
-			return i
-		}
-	}
-	return -1
-}
-
-// waitConnected polls srv's status until it has an active upstream (want
-// true) or none, failing the test after d.
-func waitConnected(t testing.TB, srv *mux.Server, want bool, d time.Duration) {
-	t.Helper()
-	testnode.PollWithin(t, fmt.Sprintf("upstream connected to become %v", want), d, func() bool {
-		return (activeUpstream(srv) >= 0) == want
-	})
 }

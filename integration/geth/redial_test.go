@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/muxd/muxd/internal/muxtest"
 	"github.com/muxd/muxd/mux"
 )
 
@@ -110,7 +111,7 @@ func TestGethRestartCallsHeld(t *testing.T) {
 			go func() {
 				was := true
 				for {
-					up := activeUpstream(h.srv) >= 0
+					up := muxtest.ActiveUpstream(h.srv) >= 0
 					if up != was {
 						if was = up; up {
 							backCh <- time.Now()
@@ -175,7 +176,7 @@ func TestGethRestartCallsHeld(t *testing.T) {
 					t.Fatal(ch.not)
 				}
 			}
-			waitConnected(t, h.srv, true, 10*time.Second)
+			muxtest.WaitConnected(t, h.srv, true, 10*time.Second)
 			// Go on a while after: calls made once geth is back succeed.
 			for range 10 {
 				waitOK(back, "after muxd had geth back")

@@ -13,6 +13,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/ethclient"
 
+	"github.com/muxd/muxd/internal/muxtest"
 	"github.com/muxd/muxd/mux"
 )
 
@@ -259,7 +260,7 @@ func TestGethRestart(t *testing.T) {
 	h.node.Stop(t)
 	stopped := time.Now()
 	// While geth is down muxd has no upstream.
-	for activeUpstream(h.srv) >= 0 {
+	for muxtest.ActiveUpstream(h.srv) >= 0 {
 		select {
 		case <-time.After(time.Millisecond): // no event outside package mux
 		case <-ctx.Done():
@@ -278,7 +279,7 @@ func TestGethRestart(t *testing.T) {
 		if timedOut {
 			break
 		}
-		if activeUpstream(h.srv) >= 0 {
+		if muxtest.ActiveUpstream(h.srv) >= 0 {
 			t.Fatal("muxd reports an upstream while geth is down")
 		}
 		select {
@@ -289,7 +290,7 @@ func TestGethRestart(t *testing.T) {
 	}
 	h.node.Restart(t)
 	restarted := time.Now()
-	waitConnected(t, h.srv, true, 30*time.Second)
+	muxtest.WaitConnected(t, h.srv, true, 30*time.Second)
 	t.Logf("geth down for %v; muxd upstream back %v after restart",
 		restarted.Sub(stopped).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
 
