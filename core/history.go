@@ -321,18 +321,9 @@ func (c *Core) deliverHistory(e *Effects, mem *member, d gapfill.Delivery, live 
 
 // deliverTo queues push p for mem alone, as fanout does for each member.
 func (c *Core) deliverTo(e *Effects, mem *member, p sharedPush) {
-	if !mem.ready {
-		size := len(p.msg) - p.at.Len + len(mem.id)
-		if mem.heldBytes+size > c.cfg.HeldPushBytes {
-			e.Slow = append(e.Slow, mem.cl.id)
-			return
-		}
-		mem.held = append(mem.held, router.AppendSpliced(make([]byte, 0, size), p.msg, p.at, mem.idb))
-		mem.heldBytes += size
-		return
+	if c.pushTo(e, mem, p) {
+		c.obs.Pushed(1)
 	}
-	e.deliver(mem.cl, Delivery{Msg: p.msg, At: p.at, ID: mem.idb, Shared: true, Borrowed: p.borrowed, Off: p.off, Push: true})
-	c.obs.Pushed(1)
 }
 
 // historyBounds ends the history subscriptions whose toBlock every log up

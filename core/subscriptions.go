@@ -347,23 +347,30 @@ func (c *Core) fanout(e *Effects, sh *shared, p sharedPush) {
 		if mem.hist != nil {
 			continue // its own key's deliveries reach it (history.go)
 		}
-		if !mem.ready {
-			// Held pushes count against the client's queue bound like
-			// queued ones: a batch kept open long cannot pile them
-			// up without end.
-			size := len(p.msg) - p.at.Len + len(mem.id)
-			if mem.heldBytes+size > c.cfg.HeldPushBytes {
-				e.Slow = append(e.Slow, mem.cl.id)
-				continue
-			}
-			mem.held = append(mem.held, router.AppendSpliced(make([]byte, 0, size), p.msg, p.at, mem.idb))
-			mem.heldBytes += size
-			continue
+		if c.pushTo(e, mem, p) {
+			n++
 		}
-		e.deliver(mem.cl, Delivery{Msg: p.msg, At: p.at, ID: mem.idb, Shared: true, Borrowed: p.borrowed, Off: p.off, Push: true})
-		n++
 	}
 	c.obs.Pushed(n)
+}
+
+// pushTo queues push p for mem under its id, or holds a copy of it while
+// mem's answer has not gone out; it reports whether p was delivered (not
+// held, not refused). Held pushes count against the client's queue bound
+// like queued ones: a batch kept open long cannot pile them up without end.
+func (c *Core) pushTo(e *Effects, mem *member, p sharedPush) bool {
+	if !mem.ready {
+		size := len(p.msg) - p.at.Len + len(mem.id)
+		if mem.heldBytes+size > c.cfg.HeldPushBytes {
+			e.Slow = append(e.Slow, mem.cl.id)
+			return false
+		}
+		mem.held = append(mem.held, router.AppendSpliced(make([]byte, 0, size), p.msg, p.at, mem.idb))
+		mem.heldBytes += size
+		return false
+	}
+	e.deliver(mem.cl, Delivery{Msg: p.msg, At: p.at, ID: mem.idb, Shared: true, Borrowed: p.borrowed, Off: p.off, Push: true})
+	return true
 }
 
 // subGauges reports the subscription counts.
