@@ -281,3 +281,72 @@ func TestHistoryLogsRules(t *testing.T) {
 		})
 	}
 }
+
+// TestHistoryStartRules: a history key starts once: History and
+// HistoryHeads of a key the machine knows, or with backfill off, send
+// nothing; and the answers to a history key's requests that arrive after
+// it was forgotten (its subscriber left) are ignored.
+func TestHistoryStartRules(t *testing.T) {
+	main := chainOf(0, 0, 60)
+	for _, tt := range []struct {
+		name  string
+		cfg   Config
+		start func(h *harness) Effects // the call under test
+		first func(h *harness)         // before it (nil: none)
+		sends int                      // requests start must send
+	}{
+		{name: "logs history with backfill off", start: func(h *harness) Effects {
+			return h.m.History(histKey, logsKey, 5, 0, h.now)
+		}},
+		{name: "heads history with backfill off", start: func(h *harness) Effects {
+			return h.m.HistoryHeads(headsHistKey, 5, 0, h.now)
+		}},
+		{name: "heads history of a known key", cfg: Config{Blocks: 4},
+			first: func(h *harness) { h.apply(h.m.HistoryHeads(headsHistKey, 5, 0, h.now), nil) },
+			start: func(h *harness) Effects { return h.m.HistoryHeads(headsHistKey, 3, 0, h.now) }},
+		{name: "heads history of a new key", cfg: Config{Blocks: 4}, sends: 1,
+			start: func(h *harness) Effects { return h.m.HistoryHeads(headsHistKey, 3, 0, h.now) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{chain: main, head: 20, logs: logsOf(main, 1, 60)}
+			h := newHarness(t, tt.cfg, n)
+			if tt.first != nil {
+				tt.first(h)
+			}
+			e := tt.start(h)
+			if len(e.Sends) != tt.sends || len(e.Deliveries) != 0 || len(e.Gaps) != 0 {
+				t.Fatalf("effects %+v, want %d sends and nothing else", e, tt.sends)
+			}
+		})
+	}
+
+	t.Run("answers after Forget are ignored", func(t *testing.T) {
+		n := &node{chain: main, head: 20, logs: logsOf(main, 1, 60)}
+		n.hook = func(s Send) ([]byte, bool, bool) { return nil, false, true }
+		h := newHarness(t, Config{Blocks: 128, HistoryChunk: 4}, n)
+		h.apply(h.m.History(histKey, logsKey, 5, 0, h.now), nil)
+		if len(h.unans) == 0 {
+			t.Fatalf("History sent nothing")
+		}
+		h.m.Forget(histKey)
+		n.hook = nil
+		for _, s := range h.unans {
+			res, _ := n.answer(s)
+			if e := h.m.Answer(s.ID, res, h.now); len(e.Sends)+len(e.Deliveries)+len(e.Gaps) != 0 {
+				t.Fatalf("answer to a forgotten key's request had effects %+v", e)
+			}
+			if e := h.m.AnswerError(s.ID, "query returned more than 10000 results", h.now); len(e.Sends)+len(e.Deliveries)+len(e.Gaps) != 0 {
+				t.Fatalf("error answer to a forgotten key's request had effects %+v", e)
+			}
+		}
+		h.unans = nil
+		seen := len(n.seen)
+		h.tick(h.m.cfg.RequestTimeout + h.m.cfg.RetryDelay)
+		if len(h.out) != 0 || len(h.gaps) != 0 || len(n.seen) != seen {
+			t.Fatalf("after Forget: delivered %d, gaps %v, sent %d", len(h.out), h.gaps, len(n.seen)-seen)
+		}
+		if _, ok := h.m.Covered(histKey); ok {
+			t.Fatalf("a forgotten key reports a covered block")
+		}
+	})
+}
