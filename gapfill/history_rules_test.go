@@ -206,6 +206,8 @@ func TestHistoryLogsRules(t *testing.T) {
 		errAnswer func(from, to uint64) string
 		want      []string
 		gaps      []Gap
+		// from, to are the blocks the failed gap names.
+		from, to uint64
 	}{
 		{
 			// A range the node refuses for another reason than its size
@@ -220,6 +222,7 @@ func TestHistoryLogsRules(t *testing.T) {
 			},
 			want: logStrings(slices.Concat(only(logsOf(main, 5, 8), "0xaa"), only(logsOf(main, 13, 20), "0xaa")), false),
 			gaps: []Gap{{Kind: "logs", Reason: "failed"}},
+			from: 9, to: 12,
 		},
 		{
 			// A one-block range cannot be halved: "too many" for it is a
@@ -233,6 +236,7 @@ func TestHistoryLogsRules(t *testing.T) {
 			},
 			want: logStrings(slices.Concat(only(logsOf(main, 5, 9), "0xaa"), only(logsOf(main, 11, 20), "0xaa")), false),
 			gaps: []Gap{{Kind: "logs", Reason: "failed"}},
+			from: 10, to: 10,
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -273,6 +277,9 @@ func TestHistoryLogsRules(t *testing.T) {
 			for _, g := range h.fullGaps {
 				if g.Key != histKey {
 					t.Fatalf("gap %+v stated for another key", g)
+				}
+				if g.From != tt.from || g.To != tt.to {
+					t.Fatalf("gap %+v names blocks %d..%d, want %d..%d", g, g.From, g.To, tt.from, tt.to)
 				}
 			}
 			if !slices.Equal(h.gaps, tt.gaps) {

@@ -1287,7 +1287,7 @@ func (m *Machine) deliverLogs(k *keyState, now time.Time) {
 		m.countLog(k)
 	}
 	if j.missing {
-		m.gap(k, "failed")
+		m.gapBlocks(k, "failed", j.missingFrom, j.missingTo)
 	}
 	if j.late {
 		m.gapBlocks(k, "late", j.lateFrom, j.lateTo)

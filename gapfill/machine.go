@@ -370,6 +370,9 @@ type job struct {
 	chunks    int      // eth_getLogs not answered yet
 	fetched   []logEntry
 	missing   bool // a chunk was given up
+	// missingFrom..missingTo spans the blocks of the chunks given up
+	// (0, 0 while one of them named no block number).
+	missingFrom, missingTo uint64
 	late      bool // a fetched log came after a later one was delivered
 	// lateFrom and lateTo are the blocks of the logs not delivered late.
 	lateFrom, lateTo uint64
@@ -431,6 +434,23 @@ func (m *Machine) gap(k *keyState, reason string) { m.gapBlocks(k, reason, 0, 0)
 // that the fork point of a reorg deeper than a backfill delivers is still
 // found, and the gap it leaves stated exactly.
 func (m *Machine) memory() uint64 { return uint64(m.cfg.Blocks) + UnknownForkDepth }
+
+// giveUpChunk records that the logs of r's blocks stay missing: the gap
+// stated when the job delivers spans them, and every chunk given up
+// before (so it may name blocks between two such chunks that did arrive).
+// A chunk that names no block number leaves the span unknown.
+func (j *job) giveUpChunk(r *request) {
+	from, to := r.num, max(r.to, r.num)
+	switch {
+	case from == 0:
+		j.missingFrom, j.missingTo = 0, 0
+	case !j.missing:
+		j.missingFrom, j.missingTo = from, to
+	case j.missingTo != 0:
+		j.missingFrom, j.missingTo = min(j.missingFrom, from), max(j.missingTo, to)
+	}
+	j.missing = true
+}
 
 // gapBlocks is gap for blocks from to to, which k does not get (0, 0 when
 // not known).
@@ -789,7 +809,7 @@ func (m *Machine) failed(k *keyState, r *request, now time.Time) {
 		}
 		if r.purpose == purposeGetLogs || r.purpose == purposeLogsByHash || r.purpose == purposeLogsBlock {
 			// That range stays missing; the rest is delivered.
-			k.job.missing = true
+			k.job.giveUpChunk(r)
 			k.job.chunks--
 			m.afterChunk(k, now)
 			return
@@ -996,6 +1016,7 @@ func (m *Machine) giveUp(k *keyState, reason string, now time.Time) {
 		// fetch them).
 		m.gapBlocks(k, reason, k.covered+1, max(j.owedHead, j.head, k.covered+1))
 		j.fetched, j.fetching, j.replaced, j.missing = nil, false, nil, false
+		j.missingFrom, j.missingTo = 0, 0
 		m.deliverLogs(k, now)
 		return
 	}
