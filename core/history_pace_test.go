@@ -75,6 +75,20 @@ func TestHistoryPace(t *testing.T) {
 			step{do: "up", in: res("6", "6"), want: []string{`c2< ` + res(`"a"`, "6")}},
 			step{do: "tick", at: 30 * sec},
 		)},
+		// Only history is paced: the backfill after a cut keeps a plain
+		// subscription gap-free at once, client calls queued or not.
+		{name: "a_backfill_after_a_cut_is_not_paced", cfg: cfg(1), steps: []step{
+			{do: "join"}, {do: "join"}, {do: "connect"},
+			{do: "c1", in: sub("1", `["newHeads"]`), want: []string{"up> " + upSub("1", `["newHeads"]`)}},
+			{do: "up", in: res("1", `"0xaa"`), want: []string{"c1< " + res("1", `"0xs1"`)}},
+			{do: "up", in: push(`"0xaa"`, hdr(16, "a", "9")), want: []string{"c1< " + push(`"0xs1"`, hdr(16, "a", "9"))}},
+			{do: "c2", in: est(`"a"`), want: []string{sent(2)}},
+			{do: "c2", in: est(`"b"`)}, // queued: uid 3
+			{do: "up", in: push(`"0xaa"`, hdr(19, "d", "c")), want: []string{
+				ownCall(4, "eth_getBlockByNumber", `["0x11",false]`),
+				ownCall(5, "eth_getBlockByNumber", `["0x12",false]`),
+			}},
+		}},
 	}
 	runScripts(t, rows)
 }
