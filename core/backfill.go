@@ -30,11 +30,7 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 			// gives up (in practice it is told of the loss first).
 			continue
 		}
-		uid := c.internalRequest(e, router.KindBackfill, r.Method, r.Params, r.Key, now.Add(c.gapTimeout), now)
-		c.gapReqs[uid] = r.ID
-		if c.hist[r.Key] != nil {
-			c.obs.HistoryRequests(1)
-		}
+		c.sendGap(e, r, now)
 	}
 	for _, d := range g.Deliveries {
 		if mem := c.hist[d.Key]; mem != nil {
@@ -91,6 +87,7 @@ func (c *Core) applyGap(e *Effects, g gapfill.Effects, live *sharedPush, now tim
 	if len(c.histBounded) > 0 {
 		c.historyBounds()
 	}
+	c.paceHistory(e, now)
 }
 
 // gapPushFrame builds an eth_subscription push for result as geth lays one
@@ -159,6 +156,7 @@ func (c *Core) backfillAnswered(e *Effects, frame []byte, m *router.Message, uid
 		return
 	}
 	delete(c.gapReqs, uid)
+	c.historySettled(uid)
 	if m.Error.Present() {
 		// The machine halves an eth_getLogs range the node says is too
 		// large; anything else counts as failed.

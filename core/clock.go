@@ -29,6 +29,7 @@ func (c *Core) Tick(e *Effects, now time.Time) {
 		case router.KindBackfill:
 			// The gap machine times it out itself (Tick below).
 			delete(c.gapReqs, id)
+			c.historySettled(id)
 			c.historyExpired(e, id, "the node did not answer the history check in time", now)
 			return
 		case router.KindFinalized:

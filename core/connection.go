@@ -137,6 +137,7 @@ func (c *Core) lose(e *Effects, now time.Time, why string, keep func(id uint64, 
 	c.subGauges()
 	c.gap.Disconnected()
 	clear(c.gapReqs)
+	c.historyPaceLost()
 	c.historyLost(e, now)
 	for i, id := range kept {
 		c.reqs.Add(id, keptP[i])

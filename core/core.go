@@ -136,6 +136,8 @@ type Core struct {
 	hist        map[string]*member
 	histBounded map[*member]struct{}
 	histChecks  map[uint64]*histCheck
+	// pace holds history requests back as bulk traffic (histpace.go).
+	pace histPace
 
 	// coalesce is Config.CoalesceMethods as a set; coal the calls
 	// requests may join; cache the answers that cannot change; heads

@@ -17,7 +17,9 @@ import (
 // departure included (orphans.go), for at most slotHold. Subscriptions, unsubscribes and
 // muxd's own requests (backfill, the finalized block, health checks) take
 // no slot and never queue: they are few, muxd's to bound, and a
-// subscription held back would lose pushes.
+// subscription held back would lose pushes. The history of a subscription
+// from a block is the exception: bulk traffic, paced behind every queued
+// call and taking slots (histpace.go).
 //
 // While fewer than Config.MaxUpstreamInFlight slots are taken and nothing
 // is queued, a call goes upstream as it arrives: the common path costs a
@@ -222,6 +224,7 @@ func (c *Core) dispatch(e *Effects, now time.Time) {
 		c.obs.FairQueued(now.Sub(qc.at))
 		c.launch(e, qc.uid, p, now, now)
 	}
+	c.paceHistory(e, now) // history goes behind every queued call (histpace.go)
 }
 
 // dropQueued drops the queue of cl, which left: its calls are never sent.

@@ -306,6 +306,7 @@ func (h *harness) run(steps []step) {
 		if h.where != nil {
 			at = h.where(i)
 		}
+		h.checkHistoryPace(at)
 		if h.got != nil {
 			g := stepGot{effects: got, counts: map[string]int{}}
 			if s.keys != nil {
@@ -427,6 +428,21 @@ func heldSum(h *harness) (sum int) {
 		sum += cl.held
 	}
 	return sum
+}
+
+// checkHistoryPace checks histpace.go's bound after every step: at most
+// historyInFlight history requests at the node, each of them in the
+// pending table.
+func (h *harness) checkHistoryPace(at string) {
+	h.t.Helper()
+	if n := len(h.c.pace.inFlight); n > historyInFlight {
+		h.t.Errorf("%s: %d history requests in flight, more than %d", at, n, historyInFlight)
+	}
+	for uid := range h.c.pace.inFlight {
+		if _, ok := h.c.reqs.Peek(uid); !ok {
+			h.t.Errorf("%s: history request %d counted in flight, not in the pending table", at, uid)
+		}
+	}
 }
 
 // checkGauges checks that the observer's gauges agree with the tables. It

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 )
 
 const histKey = logsKey + "#history"
@@ -343,4 +344,40 @@ func TestHistoryToBlock(t *testing.T) {
 			t.Fatalf("delivered\n%v\nwant\n%v", got, want)
 		}
 	})
+}
+
+// TestSendingRestartsTheDeadline covers Sending: a request the caller held
+// back times out RequestTimeout after it was sent, not after the machine
+// asked for it; one the machine no longer waits for is refused.
+func TestSendingRestartsTheDeadline(t *testing.T) {
+	m := New(Config{Blocks: 8})
+	t0 := time.Unix(1000, 0)
+	eff := m.History(histKey, logsKey, 1, 100, t0)
+	if len(eff.Sends) != 1 {
+		t.Fatalf("sends %+v, want one eth_getLogs", eff.Sends)
+	}
+	id := eff.Sends[0].ID
+	late := t0.Add(DefaultRequestTimeout - time.Second)
+	if !m.Sending(id, late) {
+		t.Fatal("Sending refused a request the machine waits for")
+	}
+	if got := m.Tick(t0.Add(DefaultRequestTimeout)); len(got.Sends) != 0 || len(got.Gaps) != 0 {
+		t.Fatalf("timed out from when it was asked for: %+v", got)
+	}
+	// Past the deadline Sending set: a failed attempt, asked again
+	// RetryDelay later.
+	if got := m.Tick(late.Add(DefaultRequestTimeout)); len(got.Sends) != 0 {
+		t.Fatalf("sends %+v before RetryDelay", got.Sends)
+	}
+	got := m.Tick(late.Add(DefaultRequestTimeout + DefaultRetryDelay))
+	if len(got.Sends) != 1 || got.Sends[0].ID == id {
+		t.Fatalf("sends %+v, want the request again under a new id", got.Sends)
+	}
+	if m.Sending(id, late) {
+		t.Fatal("Sending accepted a request that timed out")
+	}
+	m.Forget(histKey)
+	if m.Sending(got.Sends[0].ID, late) {
+		t.Fatal("Sending accepted a request of a forgotten key")
+	}
 }

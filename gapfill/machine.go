@@ -589,6 +589,21 @@ func (m *Machine) dropRequests(key string) {
 	}
 }
 
+// Sending reports whether the machine still waits for the answer to
+// request id (handed out in Effects.Sends and not answered, timed out,
+// dropped or forgotten since), and when so starts its deadline again at
+// now: the caller held the request back (core paces history requests as
+// bulk traffic) and sends it now, so RequestTimeout measures the node's
+// time, not the wait. The job's deadline is not moved.
+func (m *Machine) Sending(id uint64, now time.Time) bool {
+	r := m.reqs[id]
+	if r == nil {
+		return false
+	}
+	r.deadline = now.Add(m.cfg.RequestTimeout)
+	return true
+}
+
 // Disconnected is the event "the upstream connection is gone": every
 // request in flight is lost and every job is abandoned (the next
 // connection's job fetches its blocks again).
