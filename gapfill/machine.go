@@ -373,7 +373,7 @@ type job struct {
 	// missingFrom..missingTo spans the blocks of the chunks given up
 	// (0, 0 while one of them named no block number).
 	missingFrom, missingTo uint64
-	late      bool // a fetched log came after a later one was delivered
+	late                   bool // a fetched log came after a later one was delivered
 	// lateFrom and lateTo are the blocks of the logs not delivered late.
 	lateFrom, lateTo uint64
 	// heldFrom is how many of the key's held pushes came before the
